@@ -1,0 +1,317 @@
+"""Typed, frozen configuration for every part of the system.
+
+Both sides import this module: the head validates a `Config` before it allocates anything,
+and sends the relevant sections to collectors as JSON when they register (never pickle).
+Hardware profiles that fill these dataclasses live in the top-level `config_optimized.py`.
+
+Every field carries a one-line comment saying what it trades. `Config.check_valid()` raises
+`ConfigError` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, get_type_hints
+
+MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
+ACTION_SETS = ("right_only", "simple", "complex")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+DEVICES = ("auto", "cpu", "cuda")
+STORAGE_DEVICES = ("auto", "cpu", "learner")
+
+
+class ConfigError(ValueError):
+    """A configuration value is outside what is allowed; the message names field and value."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    env_id: str = MARIO_DEFAULT_ENV  # any registered Gymnasium id; Mario ids get the Mario wrapper
+    action_set: str = "simple"  # right_only (5) learns fastest, complex (12) can do more
+    frame_skip: int = 4  # emulator frames per agent step: higher = faster, coarser control
+    frame_size: int = 84  # square side of the grayscale observation: smaller = faster nets, less detail
+    frame_stack: int = 4  # frames per network input for image envs (vector envs use 1)
+    clip_rewards: bool = False  # clip rewards to [-1, 1]: stabler across games, loses magnitude
+    life_loss_terminal: bool = True  # end episodes on life loss: denser signal, shorter episodes
+    max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
+    seed: int = 0  # base seed; each collector/env derives its own from it
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    count: int = 2  # local collector processes: one per spare core saturates the emulator
+    envs_per_collector: int = 8  # K envs per collector: bigger batches for inference, more memory
+    chunk_steps: int = 128  # new transitions per env per message: bigger = less overhead, more latency
+    eps_base: float = 0.4  # Ape-X epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1))
+    eps_alpha: float = 7.0  # spread of exploration across collectors
+    heartbeat_s: float = 1.0  # heartbeat period: lower = faster stall detection, more messages
+    send_hwm: int = 16  # ZeroMQ high-water mark (messages) before a slow learner blocks the collector
+    torch_threads: int = 1  # torch threads per collector; >1 fights the emulator for cores
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    capacity: int = 100_000  # frame slots (~transitions): more = more diverse data, more memory
+    n_step: int = 3  # n-step return horizon: faster credit assignment, more off-policy bias
+    gamma: float = 0.99  # discount: longer horizon vs. variance
+    prioritized: bool = True  # PER (Ape-X) vs. uniform sampling
+    alpha: float = 0.6  # priority exponent: 0 = uniform, 1 = fully greedy on |TD|
+    beta_start: float = 0.4  # importance-weight exponent at start, annealed to 1
+    beta_steps: int = 200_000  # learner updates to anneal beta to 1
+    priority_eps: float = 1e-6  # added to |TD| so no transition starves
+    storage_device: str = "auto"  # where frames live: learner (GPU gather), cpu, or auto (GPU if it fits)
+    gpu_memory_fraction: float = 0.5  # max share of GPU memory frames may take when storage is on GPU
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    device: str = "auto"  # auto picks cuda when available
+    batch_size: int = 32  # micro-batch size per forward/backward
+    grad_accum_steps: int = 1  # micro-batches per optimizer step: effective batch = batch_size x this
+    lr: float = 1e-4  # Adam learning rate
+    adam_eps: float = 1.5e-4  # Adam epsilon (Rainbow/Ape-X value): stabilizes small-gradient steps
+    max_grad_norm: float = 10.0  # gradient clipping by global norm
+    target_update_every: int = 2000  # hard target sync period in updates (ignored with polyak)
+    polyak_tau: float = 0.0  # >0 switches to soft target updates with this rate
+    double_q: bool = True  # Double DQN action selection
+    dueling: bool = True  # dueling value/advantage head
+    hidden: int = 512  # width of the head's hidden layer
+    precision: str = "auto"  # auto: bf16 on CPU, fp16 (or bf16) on CUDA
+    compile_mode: str = "off"  # torch.compile mode; off avoids compile time on small machines
+    warmup_transitions: int = 5_000  # replay size before learning starts
+    samples_per_insert: float = 4.0  # replay ratio target: sampled transitions per inserted one (0 = unlimited)
+    weight_broadcast_every: int = 100  # publish weights to collectors every M updates
+    checkpoint_every_s: float = 600.0  # periodic checkpoint interval in seconds
+    save_replay: bool = False  # include the replay buffer in checkpoints (large)
+    prefetch: bool = True  # sample the next batch in a background thread while training
+    torch_threads: int = 1  # torch intra-op threads for the learner on CPU
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    bind: str = "127.0.0.1"  # address the head binds; anything but loopback requires CURVE keys
+    port: int = 5555  # control (registration) port; data and weight ports follow it
+    local_transport: str = "ipc"  # ipc (fastest locally) or tcp for local collectors
+    curve_keys_dir: str = ""  # directory with server/client keys; empty = no encryption (loopback only)
+    recv_hwm: int = 64  # receive high-water mark per collector socket (messages)
+    head_timeout_s: float = 10.0  # collectors exit when the head is silent this long
+    stall_timeout_s: float = 30.0  # head restarts a collector silent this long
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    run_dir: str = ""  # empty = runs/<timestamp>
+    interval_s: float = 10.0  # progress/metrics line period
+    tensorboard: bool = True  # write TensorBoard scalars (when tensorboard is installed)
+    episode_window: int = 20  # episodes averaged in the progress line
+
+
+@dataclass(frozen=True)
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    collectors: CollectorConfig = field(default_factory=CollectorConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    # ------------------------------------------------------------------ validation
+    def check_valid(self, available_bytes: int | None = None) -> "Config":
+        """Raise ConfigError for the first bad field; return self so calls chain."""
+        _check_all(self, available_bytes)
+        return self
+
+    # ------------------------------------------------------------------ overrides
+    def with_overrides(self, assignments: list[str] | tuple[str, ...]) -> "Config":
+        """Apply `section.field=value` strings (the CLI's --set), typed from the dataclass."""
+        cfg = self
+        for item in assignments:
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--set {item!r}: expected section.field=value")
+            section_name, dot, field_name = key.strip().partition(".")
+            if not dot or section_name not in _section_names():
+                raise ConfigError(
+                    f"--set {item!r}: unknown section {section_name!r}; allowed: {', '.join(_section_names())}"
+                )
+            section = getattr(cfg, section_name)
+            hints = get_type_hints(type(section))
+            if field_name not in hints:
+                allowed = ", ".join(f.name for f in fields(section))
+                raise ConfigError(f"--set {item!r}: unknown field {key!r}; allowed in {section_name}: {allowed}")
+            value = _parse_value(key, raw.strip(), hints[field_name])
+            cfg = replace(cfg, **{section_name: replace(section, **{field_name: value})})
+        return cfg
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Config":
+        """Rebuild from `to_dict()` output; unknown keys are an error (they mean a version mismatch)."""
+        kwargs = {}
+        for f in fields(cls):
+            section_cls = get_type_hints(cls)[f.name]
+            section_data = dict(data.get(f.name, {}))
+            known = {sf.name for sf in fields(section_cls)}
+            unknown = set(section_data) - known
+            if unknown:
+                raise ConfigError(f"config section {f.name!r} has unknown fields: {sorted(unknown)}")
+            kwargs[f.name] = section_cls(**section_data)
+        return cls(**kwargs)
+
+
+def _section_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Config))
+
+
+def _parse_value(key: str, raw: str, typ: Any) -> Any:
+    try:
+        if typ is bool:
+            lowered = raw.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if typ is int:
+            try:
+                return int(raw.replace("_", ""))
+            except ValueError:
+                as_float = float(raw)  # accepts 1e5
+                if not as_float.is_integer():
+                    raise
+                return int(as_float)
+        if typ is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r}: expected a value of type {getattr(typ, '__name__', typ)}") from None
+
+
+# ---------------------------------------------------------------------- checks
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{name}={value!r} is invalid: allowed {allowed}")
+
+
+def _int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+        _fail(name, value, f"an integer in [{lo}, {hi if hi is not None else 'inf'}]")
+
+
+def _float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        _fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(name, value, "one of " + ", ".join(choices))
+
+
+def estimate_replay_bytes(cfg: Config, obs_bytes: int | None = None) -> int:
+    """Bytes the replay buffer will allocate: one frame per slot plus per-slot metadata."""
+    if obs_bytes is None:
+        obs_bytes = cfg.env.frame_size * cfg.env.frame_size  # uint8 grayscale frame
+    per_slot_metadata = 8 * 6  # indices, return, discount, action, priority leaf (see replay.storage)
+    tree_bytes = 2 * 8 * _next_pow2(cfg.replay.capacity)
+    return cfg.replay.capacity * (obs_bytes + per_slot_metadata) + tree_bytes
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); falls back to total physical memory."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_all(cfg: Config, available_bytes: int | None) -> None:
+    e, c, r, lrn, t, lg = cfg.env, cfg.collectors, cfg.replay, cfg.learner, cfg.transport, cfg.logging
+    if not isinstance(e.env_id, str) or not e.env_id.strip():
+        _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
+    _choice("env.action_set", e.action_set, ACTION_SETS)
+    _int_range("env.frame_skip", e.frame_skip, 1, 16)
+    _int_range("env.frame_size", e.frame_size, 16, 256)
+    _int_range("env.frame_stack", e.frame_stack, 1, 16)
+    _int_range("env.max_episode_steps", e.max_episode_steps, 1)
+    _int_range("env.seed", e.seed, 0, 2**31 - 1)
+
+    _int_range("collectors.count", c.count, 0, 1024)
+    _int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
+    _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
+    _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
+    _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
+    _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
+    _int_range("collectors.torch_threads", c.torch_threads, 1, 256)
+
+    _int_range("replay.n_step", r.n_step, 1, 64)
+    min_capacity = 4 * (c.chunk_steps + e.frame_stack + r.n_step + 8)
+    _int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
+    _float_range("replay.gamma", r.gamma, 0.0, 1.0)
+    _float_range("replay.alpha", r.alpha, 0.0, 1.0)
+    _float_range("replay.beta_start", r.beta_start, 0.0, 1.0)
+    _int_range("replay.beta_steps", r.beta_steps, 1)
+    _float_range("replay.priority_eps", r.priority_eps, 0.0, 1.0, lo_open=True)
+    _choice("replay.storage_device", r.storage_device, STORAGE_DEVICES)
+    _float_range("replay.gpu_memory_fraction", r.gpu_memory_fraction, 0.0, 0.95, lo_open=True)
+
+    _choice("learner.device", lrn.device, DEVICES)
+    _int_range("learner.batch_size", lrn.batch_size, 1, 65536)
+    _int_range("learner.grad_accum_steps", lrn.grad_accum_steps, 1, 1024)
+    _float_range("learner.lr", lrn.lr, 0.0, 1.0, lo_open=True)
+    _float_range("learner.adam_eps", lrn.adam_eps, 0.0, 1.0, lo_open=True)
+    _float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
+    _int_range("learner.target_update_every", lrn.target_update_every, 1)
+    _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
+    _int_range("learner.hidden", lrn.hidden, 1, 65536)
+    _choice("learner.precision", lrn.precision, PRECISIONS)
+    _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
+    _int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
+    if lrn.warmup_transitions > r.capacity:
+        _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
+    _float_range("learner.samples_per_insert", lrn.samples_per_insert, 0.0, 1e6)
+    _int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
+    _float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
+    _int_range("learner.torch_threads", lrn.torch_threads, 1, 256)
+
+    if not isinstance(t.bind, str) or not t.bind:
+        _fail("transport.bind", t.bind, "an IP address such as 127.0.0.1 or 0.0.0.0")
+    if t.bind not in ("127.0.0.1", "localhost", "::1") and not t.curve_keys_dir:
+        _fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
+    _int_range("transport.port", t.port, 1024, 65000)
+    _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
+    _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
+    _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
+    _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
+
+    _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
+    _int_range("logging.episode_window", lg.episode_window, 1, 100_000)
+
+    needed = estimate_replay_bytes(cfg)
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    if needed > 0.8 * available:
+        raise ConfigError(
+            f"replay.capacity={r.capacity} needs about {needed} bytes ({needed / 2**30:.2f} GiB) "
+            f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
+            f"allowed: a capacity whose estimate stays under 80% of available memory"
+        )
