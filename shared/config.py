@@ -94,7 +94,7 @@ class LearnerConfig:
 @dataclass(frozen=True)
 class TransportConfig:
     bind: str = "127.0.0.1"  # address the head binds; anything but loopback requires CURVE keys
-    port: int = 5555  # control (registration) port; data and weight ports follow it
+    port: int = 5555  # control (registration) port; weights use port+1, data sockets free ports; 0 = all free
     local_transport: str = "ipc"  # ipc (fastest locally) or tcp for local collectors
     curve_keys_dir: str = ""  # directory with server/client keys; empty = no encryption (loopback only)
     recv_hwm: int = 64  # receive high-water mark per collector socket (messages)
@@ -298,7 +298,8 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
         _fail("transport.bind", t.bind, "an IP address such as 127.0.0.1 or 0.0.0.0")
     if t.bind not in ("127.0.0.1", "localhost", "::1") and not t.curve_keys_dir:
         _fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
-    _int_range("transport.port", t.port, 1024, 65000)
+    if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
+        _int_range("transport.port", t.port, 1024, 65000)
     _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
     _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
     _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)

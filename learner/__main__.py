@@ -1,0 +1,82 @@
+"""`python -m learner` (what `make run` calls): start a training cluster on this machine.
+
+First SIGINT/SIGTERM: stop collectors, write the checkpoint, close everything, exit 0.
+Second SIGINT: kill the local collectors and exit at once (status 130).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: extra threads fight the collectors
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+from learner.cli import parse_args  # noqa: E402
+from shared.config import ConfigError  # noqa: E402
+
+log = logging.getLogger("mario_apex")
+
+
+def _setup_logging(run_dir) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(fmt)
+    file_handler = logging.FileHandler(run_dir / "head.log")
+    file_handler.setFormatter(fmt)
+    root.addHandler(console)
+    root.addHandler(file_handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg, opts = parse_args(argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(opts.run_dir)
+    from learner.checkpoint import CheckpointError
+    from learner.head import Head, StopAt
+
+    stop = threading.Event()
+    head_box: list[Head] = []
+
+    def on_signal(signum, _frame) -> None:
+        if not stop.is_set():
+            log.warning("signal %d: stopping gracefully (checkpoint, then exit); press Ctrl-C again to force", signum)
+            stop.set()
+            return
+        log.error("second signal: forcing exit")
+        if head_box:
+            for pid in head_box[0].supervisor.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume)
+    except (ConfigError, CheckpointError) as exc:
+        log.error("%s", exc)
+        return 2
+    head_box.append(head)
+    try:
+        summary = head.run(StopAt(opts.max_env_steps, opts.max_updates, opts.max_seconds), stop)
+    finally:
+        head.close()
+    print(f"[DONE] {summary}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

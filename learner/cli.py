@@ -1,0 +1,101 @@
+"""Command line of the head: `make run ARGS="..."` ends up here.
+
+Turns a profile, `--set section.field=value` overrides and the shortcut flags into one
+validated `Config` before anything is allocated; a bad value exits with status 2 and a message
+naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from config_optimized import PROFILES, load_profile
+from shared.config import Config, ConfigError
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the head does with a config: where it writes and when it stops."""
+
+    run_dir: Path
+    resume: Path | None
+    max_env_steps: int | None
+    max_updates: int | None
+    max_seconds: float | None
+    train: bool
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m learner",
+        description="Train Mario Ape-X: the head binds the sockets, runs replay and learner, and starts collectors.",
+    )
+    parser.add_argument("--profile", default="auto", choices=sorted(PROFILES), help="hardware profile (config_optimized.py)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override one config field; repeatable")
+    parser.add_argument("--env", dest="env_id", help="any Gymnasium id (default: Mario 1-1)")
+    parser.add_argument("--collectors", type=int, help="local collector processes (0 = only remote ones)")
+    parser.add_argument("--bind", help="address to bind; non-loopback requires --curve-keys")
+    parser.add_argument("--port", type=int, help="control port (data and weight sockets are assigned)")
+    parser.add_argument("--curve-keys", help="directory made by `make keys` (enables CURVE authentication)")
+    parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
+    parser.add_argument("--max-updates", type=int, help="stop after this many learner updates")
+    parser.add_argument("--max-seconds", type=float, help="stop after this much wall time")
+    parser.add_argument("--run-dir", help="where logs, metrics and checkpoints go (default runs/<timestamp>)")
+    parser.add_argument("--resume", help="checkpointed run directory to continue")
+    parser.add_argument("--no-train", action="store_true", help="collect and drain replay without updates (benchmarks)")
+    parser.add_argument("--log-interval", type=float, help="seconds between progress lines")
+    parser.add_argument("--seed", type=int, help="base seed")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
+    """Parse and validate; raises ConfigError with a precise message on any bad value."""
+    args = build_parser().parse_args(argv)
+    overrides = list(args.overrides)
+    shortcuts = {
+        "env.env_id": args.env_id,
+        "collectors.count": args.collectors,
+        "transport.bind": args.bind,
+        "transport.port": args.port,
+        "transport.curve_keys_dir": args.curve_keys,
+        "logging.interval_s": args.log_interval,
+        "env.seed": args.seed,
+    }
+    overrides += [f"{key}={value}" for key, value in shortcuts.items() if value is not None]
+    cfg = load_profile(args.profile, overrides)
+    if args.env_id and not args.env_id.startswith("SuperMarioBros"):
+        cfg = _non_mario_defaults(cfg, explicit=overrides)
+    for name in ("max_env_steps", "max_updates"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"--{name.replace('_', '-')}={value} is invalid: allowed a non-negative integer")
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None and not resume.is_dir():
+        raise ConfigError(f"--resume {resume}: no such run directory")
+    run_dir = Path(args.run_dir or cfg.logging.run_dir or (resume or Path("runs") / time.strftime("%Y%m%d-%H%M%S")))
+    cfg = replace(cfg, logging=replace(cfg.logging, run_dir=str(run_dir)))
+    cfg.check_valid()
+    return cfg, RunOptions(
+        run_dir=run_dir,
+        resume=resume,
+        max_env_steps=args.max_env_steps,
+        max_updates=args.max_updates,
+        max_seconds=args.max_seconds,
+        train=not args.no_train,
+    )
+
+
+def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
+    """Cheap envs (CartPole etc.) want a small replay and short warm-up unless the user said otherwise."""
+    given = {item.partition("=")[0].strip() for item in explicit}
+    defaults = {
+        "replay.capacity": "50000",
+        "learner.warmup_transitions": "1000",
+        "collectors.chunk_steps": "32",
+        "env.max_episode_steps": "500",
+    }
+    return cfg.with_overrides([f"{k}={v}" for k, v in defaults.items() if k not in given])

@@ -1,0 +1,267 @@
+"""The head process: replay, consolidation thread, learner, weight publisher and local collectors.
+
+`Head` wires the parts together in the order that keeps failures cheap: the config is already
+validated, then the env spec is read, the replay allocated, sockets bound, the learner built
+and (on --resume) restored, and only then are collector processes started. The main thread runs
+the learner and, between updates, the periodic work: progress lines, metrics, supervision,
+checkpoints and stop conditions. Shutdown reverses the order: collectors are told to stop
+(STOP broadcast, then SIGTERM, then SIGKILL for stragglers), the checkpoint is written, threads
+joined and sockets closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import zmq
+
+from learner.broadcast import WeightPublisher
+from learner.checkpoint import find_checkpoint
+from learner.metrics import MetricsLogger
+from learner.progress import ProgressTracker
+from learner.supervisor import CollectorSupervisor
+from learner.trainer import Learner
+from replay.buffer import ReplayBuffer
+from replay.consolidation import ConsolidationThread
+from shared.config import Config
+from shared.env_factory import env_spec_of
+from shared.keys import load_server
+from shared.protocol import ObsSpec
+
+log = logging.getLogger("mario_apex.head")
+
+
+@dataclass(frozen=True)
+class StopAt:
+    """Limits after which the head shuts down by itself (None = no limit)."""
+
+    env_steps: int | None = None
+    updates: int | None = None
+    seconds: float | None = None
+
+
+_HEAD_COUNTERS = ("env_steps", "episodes")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("learner.device=cuda but torch sees no CUDA device; use learner.device=cpu or auto")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+class Head:
+    def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.train = train
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+        torch.set_num_threads(cfg.learner.torch_threads)
+        self.device = resolve_device(cfg.learner.device)
+        self.obs_shape, self.obs_dtype, self.num_actions, self.stack = env_spec_of(cfg.env)
+        log.info("env %s: obs %s %s, %d actions, stack %d; learner on %s", cfg.env.env_id, self.obs_shape,
+                 self.obs_dtype, self.num_actions, self.stack, self.device)
+        self.replay = ReplayBuffer.from_config(cfg, self.obs_shape, self.obs_dtype, self.stack, self.device)
+        self.ctx = zmq.Context()
+        t = cfg.transport
+        curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
+        self.ipc_dir = Path(_short_tmpdir())
+        self.publisher = WeightPublisher(
+            [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}"],
+            context=self.ctx, heartbeat_s=cfg.collectors.heartbeat_s, curve=curve,
+        )
+        local_weights, remote_weights = self.publisher.endpoints
+        self.learner = Learner(cfg, self.obs_shape, self.obs_dtype, self.stack, self.num_actions, self.replay,
+                               self.device, on_weights=self.publisher.publish)
+        self.counters: dict[str, int] = {}
+        if resume is not None:
+            self._resume(resume)
+        self.consolidation = ConsolidationThread(
+            cfg, self.replay, ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions),
+            {"local": local_weights, "remote": remote_weights},
+            latest_weight_version=lambda: self.publisher.version, context=self.ctx,
+            num_collectors=max(1, cfg.collectors.count), control_endpoint=f"tcp://{t.bind}:{t.port}",
+        )
+        self.consolidation.start()
+        self.supervisor = CollectorSupervisor(
+            cfg.collectors.count, self._collector_argv, self._last_seen, t.stall_timeout_s,
+            env=_collector_env(), log_dir=str(self.run_dir / "collectors"),
+        )
+        self.metrics = MetricsLogger(self.run_dir, cfg)
+        self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
+        self._closed = False
+
+    # ------------------------------------------------------------------ wiring helpers
+    def _collector_argv(self, slot: int) -> list[str]:
+        argv = [sys.executable, "-m", "actors", "--connect", self.consolidation.control_endpoint, "--slot", str(slot),
+                "--parent-pid", str(os.getpid())]
+        if self.cfg.transport.curve_keys_dir:
+            argv += ["--curve-keys", self.cfg.transport.curve_keys_dir]
+        return argv
+
+    def _last_seen(self, slot: int) -> float | None:
+        """Monotonic time of the newest message from the collector registered for `slot`."""
+        stats = self.consolidation.stats()
+        now = time.monotonic()
+        ages = [c["last_seen_s"] for c in stats.collectors.values() if c["slot"] == slot and not c["closed"]]
+        return now - min(ages) if ages else None
+
+    def _resume(self, resume: Path) -> None:
+        ckpt = find_checkpoint(resume)  # CheckpointError naming the path when there is none
+        restored = self.learner.load_checkpoint(ckpt, replay=self.replay)
+        self.counters = {k: int(v) for k, v in restored.items() if isinstance(v, (int, float))}
+        log.info("resumed from %s: %s", ckpt, self.counters)
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, stop_at: StopAt, stop_event: threading.Event) -> dict[str, Any]:
+        cfg = self.cfg
+        self.supervisor.start()
+        started = time.monotonic()
+        next_log = started + cfg.logging.interval_s
+        next_ckpt = started + cfg.learner.checkpoint_every_s
+        reason = "stopped"
+        while True:
+            if stop_event.is_set():
+                reason = "signal"
+                break
+            if self.train:
+                self.learner.maybe_train()  # sleeps briefly by itself when warming up or throttled
+            else:
+                stop_event.wait(0.01)  # drain-only (benchmarks): the consolidation thread does the work
+            now = time.monotonic()
+            if now >= next_log:
+                self._log_progress()
+                next_log = now + cfg.logging.interval_s
+            self.supervisor.poll()
+            if self.train and now >= next_ckpt:
+                self.save_checkpoint()
+                next_ckpt = now + cfg.learner.checkpoint_every_s
+            env_steps = self.env_steps()
+            if stop_at.env_steps is not None and env_steps >= stop_at.env_steps:
+                reason = "max_env_steps"
+                break
+            if stop_at.updates is not None and self.learner.stats().get("updates", 0) >= stop_at.updates:
+                reason = "max_updates"
+                break
+            if stop_at.seconds is not None and now - started >= stop_at.seconds:
+                reason = "max_seconds"
+                break
+        elapsed = time.monotonic() - started
+        self._log_progress()
+        summary = self._summary(elapsed, reason)
+        log.info("stopping (%s) after %.1f s: %s", reason, elapsed, summary)
+        return summary
+
+    def env_steps(self) -> int:
+        return self.counters.get("env_steps", 0) + self.consolidation.stats().transitions
+
+    def _summary(self, elapsed: float, reason: str) -> dict[str, Any]:
+        stats = self.consolidation.stats()
+        lstats = self.learner.stats()
+        new_steps = stats.transitions
+        updates = int(lstats.get("updates", 0))
+        return {
+            "reason": reason,
+            "env_steps": self.env_steps(),
+            "elapsed_s": elapsed,
+            "env_steps_per_s": new_steps / elapsed if elapsed > 0 else 0.0,
+            "updates": updates,
+            "updates_per_s": (updates - self.counters.get("updates", 0)) / elapsed if elapsed > 0 else 0.0,
+            "episodes": stats.episodes,
+            "rejected": stats.rejected,
+            "restarts": self.supervisor.restarts_total,
+            "replay_size": self.replay_size(lstats),
+        }
+
+    def replay_size(self, learner_stats: dict[str, Any]) -> int:
+        """Sampleable transitions, read without touching the replay's reader side from this thread."""
+        return int(learner_stats.get("replay_size", 0)) if self.train else len(self.replay)
+
+    def _log_progress(self) -> None:
+        stats = self.consolidation.stats()
+        lstats = self.learner.stats()
+        record = self.progress.record(stats, lstats, self.replay_size(lstats), self.cfg.replay.capacity,
+                                      self.publisher.version, self.supervisor.restarts_total, self.counters)
+        print(self.progress.progress_line(record), flush=True)
+        print(self.consolidation.processor_line(), flush=True)
+        print(self.metrics.main_line(record), flush=True)
+        self.metrics.log(record)
+
+    def save_checkpoint(self) -> Path:
+        counters = dict(self.counters)
+        counters["env_steps"] = self.env_steps()
+        counters["episodes"] = self.counters.get("episodes", 0) + self.consolidation.stats().episodes
+        path = self.learner.save_checkpoint(self.run_dir, replay=self.replay if self.cfg.learner.save_replay else None,
+                                            counters={k: v for k, v in counters.items() if k in _HEAD_COUNTERS})
+        log.info("checkpoint written to %s", path)
+        return path
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self, checkpoint: bool = True) -> None:
+        """Stop collectors, write the checkpoint, stop threads, close sockets. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.publisher.stop_collectors()
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless
+            log.warning("STOP broadcast failed: %r", exc)
+        self.supervisor.stop(grace_s=5.0)
+        if checkpoint and self.train:
+            try:
+                self.save_checkpoint()
+            except Exception as exc:  # noqa: BLE001
+                log.error("final checkpoint failed: %r", exc)
+        self.learner.close()
+        self.consolidation.stop()
+        self.publisher.close()
+        self.metrics.close()
+        self.ctx.term()
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def run_training(
+    cfg: Config,
+    run_dir: str | Path,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+    train: bool = True,
+    max_updates: int | None = None,
+    resume: str | Path | None = None,
+    stop_event: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run a whole training cluster in this process until a limit or `stop_event`; return a summary."""
+    head = Head(cfg, Path(run_dir), train=train, resume=Path(resume) if resume else None)
+    try:
+        return head.run(StopAt(max_env_steps, max_updates, max_seconds), stop_event or threading.Event())
+    finally:
+        head.close()
+
+
+def _collector_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _short_tmpdir() -> str:
+    """ipc:// paths must stay under ~100 bytes, so use a short directory in /tmp."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="mapx-", dir="/tmp" if os.path.isdir("/tmp") else None)

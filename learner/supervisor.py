@@ -1,0 +1,156 @@
+"""Keeps the head's local collector processes alive.
+
+Local collectors are started exactly like remote ones (`python -m actors --connect ...`), as
+child processes, so there is one code path for both. The supervisor restarts a collector that
+exits or stalls (no message for `stall_timeout_s`), with exponential backoff so a collector that
+crashes at start-up cannot spin the CPU, and counts every restart. Shutdown asks politely first
+(the head broadcasts STOP; children also get SIGTERM, which they handle by closing cleanly),
+and only kills what is still alive after the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+log = logging.getLogger("mario_apex.supervisor")
+
+MIN_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class _Slot:
+    index: int
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff_s: float = MIN_BACKOFF_S
+    restart_at: float | None = None
+    exit_codes: list[int] = field(default_factory=list)
+
+
+class CollectorSupervisor:
+    """Starts, watches and restarts N local collector processes.
+
+    `command(slot)` builds the argv for a slot; `last_seen(slot)` returns the monotonic time of
+    the newest message from that slot's collector (or None if it has not registered yet).
+    """
+
+    def __init__(
+        self,
+        count: int,
+        command: Callable[[int], list[str]],
+        last_seen: Callable[[int], float | None],
+        stall_timeout_s: float,
+        env: dict[str, str] | None = None,
+        log_dir: str | None = None,
+    ) -> None:
+        self._command = command
+        self._last_seen = last_seen
+        self._stall_timeout_s = stall_timeout_s
+        self._env = env
+        self._log_dir = log_dir
+        self._slots = [_Slot(i) for i in range(count)]
+        self._stopping = False
+        self.restarts_total = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for slot in self._slots:
+            self._spawn(slot)
+
+    def pids(self) -> list[int]:
+        return [s.process.pid for s in self._slots if s.process is not None and s.process.poll() is None]
+
+    def alive(self) -> int:
+        return len(self.pids())
+
+    def poll(self) -> None:
+        """Call from the head's loop: restart exited or stalled collectors when their backoff expires."""
+        if self._stopping:
+            return
+        now = time.monotonic()
+        for slot in self._slots:
+            proc = slot.process
+            if proc is not None:
+                code = proc.poll()
+                if code is not None:
+                    slot.exit_codes.append(code)
+                    slot.process = None
+                    self._schedule_restart(slot, now, f"exited with code {code}")
+                elif self._stalled(slot, now):
+                    log.warning("collector slot %d (pid %d) stalled for %.0f s; killing it", slot.index, proc.pid,
+                                self._stall_timeout_s)
+                    _kill(proc)
+                    slot.process = None
+                    self._schedule_restart(slot, now, "stalled")
+            if slot.process is None and slot.restart_at is not None and now >= slot.restart_at:
+                slot.restart_at = None
+                slot.restarts += 1
+                self.restarts_total += 1
+                self._spawn(slot)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM (collectors close cleanly on it), wait, then SIGKILL whatever is left."""
+        self._stopping = True
+        procs = [s.process for s in self._slots if s.process is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                proc.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                log.warning("collector pid %d did not exit within %.1f s; killing it", proc.pid, grace_s)
+                _kill(proc)
+        for slot in self._slots:
+            slot.process = None
+
+    # ------------------------------------------------------------------ internals
+    def _stalled(self, slot: _Slot, now: float) -> bool:
+        if now - slot.started_at < self._stall_timeout_s:
+            return False
+        seen = self._last_seen(slot.index)
+        reference = slot.started_at if seen is None or seen < slot.started_at else seen
+        return now - reference > self._stall_timeout_s
+
+    def _schedule_restart(self, slot: _Slot, now: float, why: str) -> None:
+        log.warning("collector slot %d %s; restart #%d in %.1f s", slot.index, why, slot.restarts + 1, slot.backoff_s)
+        slot.restart_at = now + slot.backoff_s
+        # a collector that ran for a while before dying gets a fresh backoff; a crash loop doubles it
+        ran_for = now - slot.started_at
+        slot.backoff_s = MIN_BACKOFF_S if ran_for > 60.0 else min(MAX_BACKOFF_S, slot.backoff_s * 2)
+
+    def _spawn(self, slot: _Slot) -> None:
+        argv = self._command(slot.index)
+        stdout = stderr = None
+        if self._log_dir:
+            os.makedirs(self._log_dir, exist_ok=True)
+            stdout = open(os.path.join(self._log_dir, f"collector-{slot.index}.log"), "ab")  # noqa: SIM115
+            stderr = subprocess.STDOUT
+        try:
+            slot.process = subprocess.Popen(argv, env=self._env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        finally:
+            if stdout is not None:
+                stdout.close()  # the child holds its own descriptor
+        slot.started_at = time.monotonic()
+        log.info("collector slot %d started (pid %d)", slot.index, slot.process.pid)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        proc.kill()
+        proc.wait(timeout=5.0)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass

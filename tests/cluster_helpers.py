@@ -1,0 +1,97 @@
+"""Helpers for tests that run the real head (`python -m learner`) as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def head_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def start_head(args: list[str], log_path: Path) -> subprocess.Popen:
+    """Start the head in its own session so a test can signal it like a terminal would."""
+    log = open(log_path, "wb")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen([sys.executable, "-m", "learner", *args], cwd=ROOT, env=head_env(),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        log.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """Live processes whose command line says they belong to head `pid` (--parent-pid PID)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if ") Z" in stat:  # zombie: already dead, waiting to be reaped
+            continue
+        if b"--parent-pid" in cmdline:
+            i = cmdline.index(b"--parent-pid")
+            if i + 1 < len(cmdline) and cmdline[i + 1] == str(pid).encode():
+                found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            rows.append(json.loads(line))
+    return rows
+
+
+def stop_head(proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Last-resort cleanup so a failing test never leaves processes behind."""
+    kids = children_of(proc.pid)
+    for pid in [proc.pid, *kids]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,119 @@
+"""The cluster end to end: real head, real collector processes, real sockets, real torch.
+
+These run `python -m learner` exactly as `make run ARGS=...` does, then check what a user would:
+exit status, metrics growing, a checkpoint, restart after faults, and no process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_helpers import children_of, kill_tree, read_metrics, start_head, stop_head, wait_for
+
+CARTPOLE = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
+            "--set", "transport.port=0", "--set", "collectors.envs_per_collector=4"]
+
+
+def _checkpoint_exists(run_dir: Path) -> bool:
+    return any((run_dir / "checkpoint").glob("*")) if (run_dir / "checkpoint").exists() else False
+
+
+@pytest.mark.slow
+def test_cartpole_run_exits_cleanly_with_metrics_and_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_head([*CARTPOLE, "--max-env-steps", "20000", "--run-dir", str(run_dir)], tmp_path / "head.out")
+    try:
+        code = proc.wait(timeout=300)
+    finally:
+        kill_tree(proc)
+    log = (tmp_path / "head.out").read_text()
+    assert code == 0, log[-4000:]
+    rows = read_metrics(run_dir)
+    assert len(rows) >= 2, log[-4000:]
+    steps = [r["env_steps"] for r in rows]
+    updates = [r["updates"] for r in rows]
+    assert steps == sorted(steps) and steps[-1] >= 20000
+    assert updates == sorted(updates) and updates[-1] > updates[0]
+    for key in ("time", "env_steps", "updates", "replay_size", "env_steps_per_s", "updates_per_s", "mean_return_20"):
+        assert key in rows[-1]
+    assert _checkpoint_exists(run_dir)
+    assert "[PROGRESS]" in log and "[PROCESSOR]" in log and "[MAIN]" in log
+    assert wait_for(lambda: not children_of(proc.pid), 10), children_of(proc.pid)
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_and_resume_continues_counters(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_head([*CARTPOLE, "--run-dir", str(run_dir)], tmp_path / "first.out")
+    try:
+        assert wait_for(lambda: any(r["updates"] > 0 for r in read_metrics(run_dir)), 180), \
+            (tmp_path / "first.out").read_text()[-3000:]
+        code = stop_head(proc)
+    finally:
+        kill_tree(proc)
+    assert code == 0, (tmp_path / "first.out").read_text()[-3000:]
+    assert _checkpoint_exists(run_dir)
+    assert wait_for(lambda: not children_of(proc.pid), 10)
+    first = read_metrics(run_dir)
+    first_steps, first_updates = first[-1]["env_steps"], first[-1]["updates"]
+
+    proc2 = start_head([*CARTPOLE, "--resume", str(run_dir), "--max-env-steps", str(first_steps + 3000)],
+                       tmp_path / "second.out")
+    try:
+        code2 = proc2.wait(timeout=240)
+    finally:
+        kill_tree(proc2)
+    out2 = (tmp_path / "second.out").read_text()
+    assert code2 == 0, out2[-3000:]
+    rows = read_metrics(run_dir)[len(first):]
+    assert rows, out2[-3000:]
+    # counters continue from the checkpoint rather than restarting at zero
+    assert rows[0]["env_steps"] >= first_steps
+    assert rows[-1]["updates"] >= first_updates
+
+
+@pytest.mark.slow
+def test_killed_collector_is_restarted_and_killed_head_leaves_no_orphans(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_head([*CARTPOLE, "--run-dir", str(run_dir)], tmp_path / "head.out")
+    try:
+        assert wait_for(lambda: len(children_of(proc.pid)) == 2, 60)
+        assert wait_for(lambda: any(r["env_steps"] > 0 for r in read_metrics(run_dir)), 120)
+        victim = children_of(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        # restarted: a new pid appears in its place and env steps keep growing
+        assert wait_for(lambda: len(children_of(proc.pid)) == 2 and victim not in children_of(proc.pid), 60)
+        steps_after_kill = read_metrics(run_dir)[-1]["env_steps"]
+        assert wait_for(lambda: read_metrics(run_dir)[-1]["env_steps"] > steps_after_kill + 1000, 120)
+        assert wait_for(lambda: read_metrics(run_dir)[-1].get("restarts", 0) >= 1, 20)
+        assert "restart" in (run_dir / "head.log").read_text()
+        collectors = children_of(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)  # the head dies without any chance to clean up
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        assert wait_for(lambda: not any(_alive(pid) for pid in collectors), 10), "collectors outlived the head"
+        assert time.monotonic() - t0 <= 10
+    finally:
+        kill_tree(proc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return ") Z" not in stat
+
+
+def test_bad_config_exits_2_naming_the_field(tmp_path):
+    proc = start_head(["--set", "replay.alpha=7", "--run-dir", str(tmp_path / "r")], tmp_path / "out")
+    code = proc.wait(timeout=120)
+    out = (tmp_path / "out").read_text()
+    assert code == 2
+    assert "replay.alpha=7" in out and "allowed" in out
+    assert not (tmp_path / "r").exists()  # refused before anything was created
