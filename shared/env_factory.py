@@ -1,0 +1,122 @@
+"""Build the training env from an EnvConfig: Mario gets the fused Mario env, anything else passes through.
+
+Why one factory: collectors, the evaluator and tests must build bit-identical envs from the
+same config, and the learner/replay must size buffers from the same config without stepping
+(`env_spec_of`).
+
+Mario ids (SMB1 only; the reward reads SMB1 RAM):
+    SuperMarioBros-vN        full game (N = 0 vanilla; 1/2/3 = downsample/pixel/rectangle ROMs,
+                              only on gym-super-mario-bros 7.4)
+    SuperMarioBros-W-S-vN    one stage, W in 1..8, S in 1..4
+Any other registered Gymnasium id (CartPole-v1, ApeXCounting-v0, ...): `gymnasium.make(id)` with
+a TimeLimit of max_episode_steps and no preprocessing (vector observations stay vectors).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import gymnasium as gym
+import numpy as np
+
+from shared.config import EnvConfig
+from shared.mario_actions import check_action_set, num_actions
+
+_MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
+_ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
+MARIO_PREFIX = "SuperMarioBros"
+
+
+def _mario_ids() -> list[str]:
+    ids = [f"SuperMarioBros-v{v}" for v in range(4)]
+    ids += [f"SuperMarioBros-{w}-{s}-v{v}" for v in range(4) for w in range(1, 9) for s in range(1, 5)]
+    return ids
+
+
+def parse_mario_id(env_id: str) -> tuple[tuple[int, int] | None, str]:
+    """(target (world, stage) or None for the full game, rom_mode); ValueError for unsupported ids."""
+    match = _MARIO_ID.match(env_id)
+    if match is None:
+        close = difflib.get_close_matches(env_id, _mario_ids(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"unknown Mario env id {env_id!r}: supported are SuperMarioBros-vN (full game) and "
+            f"SuperMarioBros-W-S-vN (W 1-8, S 1-4, N 0-3; Lost Levels, SMB2/SMB3 and random stages are not supported){hint}"
+        )
+    target = None
+    if match["world"] is not None:
+        target = (int(match["world"]), int(match["stage"]))
+    return target, _ROM_MODES[int(match["version"])]
+
+
+def _ensure_registered(env_id: str) -> None:
+    """Register the project's own envs, then fail with suggestions if the id is still unknown."""
+    import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0 on import)
+
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env id {env_id!r}: not a registered Gymnasium id nor a SuperMarioBros id{hint}")
+
+
+def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
+    """Build the env `env_config` describes (not yet reset: call reset(seed=...))."""
+    check_action_set(env_config.action_set)
+    env_id = env_config.env_id
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
+    if env_id.startswith(MARIO_PREFIX):
+        target, rom_mode = parse_mario_id(env_id)
+        from shared.mario_env import MarioEnv  # imported lazily: it loads the emulator packages
+
+        return MarioEnv(
+            target,
+            action_set=env_config.action_set,
+            frame_skip=env_config.frame_skip,
+            frame_size=env_config.frame_size,
+            clip_rewards=env_config.clip_rewards,
+            life_loss_terminal=env_config.life_loss_terminal,
+            max_episode_steps=env_config.max_episode_steps,
+            rom_mode=rom_mode,
+            render_mode=render_mode,
+        )
+    _ensure_registered(env_id)
+    kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes one
+    return gym.make(
+        env_id,
+        max_episode_steps=env_config.max_episode_steps,
+        disable_env_checker=True,  # the passive checker costs per step; tests run check_env instead
+        **kwargs,
+    )
+
+
+def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, int]:
+    """(obs_shape, obs_dtype, num_actions, stack) without stepping; stack is 1 for non-2-D obs.
+
+    Mario specs come from the config alone (building the emulator skips the start screen,
+    ~0.5 s); other envs are built, inspected and closed.
+    """
+    check_action_set(env_config.action_set)
+    env_id = env_config.env_id
+    if isinstance(env_id, str) and env_id.startswith(MARIO_PREFIX):
+        _, rom_mode = parse_mario_id(env_id)
+        if rom_mode != "vanilla":
+            from shared.mario_emulator import package_generation
+
+            if package_generation() == "gymnasium":
+                raise ValueError(f"{env_id!r}: non-vanilla ROMs (-v1/-v2/-v3) need gym-super-mario-bros 7.4")
+        size = env_config.frame_size
+        return (size, size), np.dtype(np.uint8), num_actions(env_config.action_set), env_config.frame_stack
+    env = make_env(env_config)
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise ValueError(f"{env_id!r} has action space {act_space}: DQN needs a Discrete action space")
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"{env_id!r} has observation space {obs_space}: expected a Box")
+    shape = tuple(int(d) for d in obs_space.shape)
+    stack = env_config.frame_stack if len(shape) == 2 else 1
+    return shape, np.dtype(obs_space.dtype), int(act_space.n), stack

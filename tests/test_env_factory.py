@@ -1,0 +1,117 @@
+"""make_env / env_spec_of: Mario dispatch, Gymnasium passthrough, clear errors (no torch)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.config import EnvConfig
+from shared.env_factory import env_spec_of, make_env, parse_mario_id
+from shared.fake_env import COUNTING_ENV_ID, decode_frame
+
+pytestmark = pytest.mark.envonly
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cartpole_passthrough_with_time_limit() -> None:
+    env = make_env(EnvConfig(env_id="CartPole-v1", max_episode_steps=5))
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4,) and obs.dtype == np.float32
+        for t in range(1, 6):
+            obs, reward, terminated, truncated, _ = env.step(t % 2)
+            assert obs.shape == (4,) and obs.dtype == np.float32 and reward == 1.0
+            assert not terminated
+            assert truncated == (t == 5)
+    finally:
+        env.close()
+
+
+def test_counting_env_passthrough_unchanged() -> None:
+    env = make_env(EnvConfig(env_id=COUNTING_ENV_ID, max_episode_steps=5))
+    try:
+        obs, _ = env.reset(seed=7)
+        assert obs.shape == (84, 84) and obs.dtype == np.uint8
+        assert decode_frame(obs) == (7, 0, 0)
+        for t in range(1, 6):
+            obs, reward, terminated, truncated, _ = env.step(1)
+            assert decode_frame(obs) == (7, 0, t)
+            assert reward == float((t - 1) % 7 + 1)
+        assert truncated and not terminated  # the 5-step limit, not the env's own 37-step end
+    finally:
+        env.close()
+
+
+def test_env_spec_of_vector_and_frame_envs() -> None:
+    assert env_spec_of(EnvConfig(env_id="CartPole-v1")) == ((4,), np.dtype(np.float32), 2, 1)
+    assert env_spec_of(EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)) == ((84, 84), np.dtype(np.uint8), 4, 3)
+
+
+def test_env_spec_of_mario_needs_no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.mario_emulator as emulator
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("env_spec_of built an emulator")
+
+    monkeypatch.setattr(emulator.MarioEmulator, "__init__", boom)
+    for action_set, n in (("right_only", 5), ("simple", 7), ("complex", 12)):
+        spec = env_spec_of(EnvConfig(action_set=action_set, frame_size=64, frame_stack=4))
+        assert spec == ((64, 64), np.dtype(np.uint8), n, 4)
+    assert env_spec_of(EnvConfig(env_id="SuperMarioBros-v0"))[2] == 7
+
+
+def test_make_env_builds_mario_env() -> None:
+    env = make_env(EnvConfig(env_id="SuperMarioBros-2-3-v0", action_set="right_only"))
+    try:
+        obs, info = env.reset(seed=0)
+        assert env.action_space.n == 5 and obs.shape == (84, 84) and obs.dtype == np.uint8
+        assert (info["world"], info["stage"]) == (2, 3)
+    finally:
+        env.close()
+
+
+def test_parse_mario_ids() -> None:
+    assert parse_mario_id("SuperMarioBros-v0") == (None, "vanilla")
+    assert parse_mario_id("SuperMarioBros-4-2-v1") == ((4, 2), "downsample")
+    assert parse_mario_id("SuperMarioBros-8-4-v3") == ((8, 4), "rectangle")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "suggestion"),
+    [
+        ("CartPole-v9", "CartPole-v1"),
+        ("ApeXCountng-v0", COUNTING_ENV_ID),
+        ("SuperMarioBros-9-1-v0", "SuperMarioBros-"),
+        ("SuperMarioBros-1-1-v7", "SuperMarioBros-1-1-v"),
+        ("SuperMarioBros3-v0", "not supported"),
+    ],
+)
+def test_unknown_id_names_id_and_suggests(env_id: str, suggestion: str) -> None:
+    with pytest.raises(ValueError) as err:
+        make_env(EnvConfig(env_id=env_id))
+    assert env_id in str(err.value) and suggestion in str(err.value)
+    with pytest.raises(ValueError):
+        env_spec_of(EnvConfig(env_id=env_id))
+
+
+@pytest.mark.parametrize("env_id", ["SuperMarioBros-1-1-v0", "CartPole-v1"])
+def test_bad_action_set_names_allowed_values(env_id: str) -> None:
+    for call in (make_env, env_spec_of):
+        with pytest.raises(ValueError) as err:
+            call(EnvConfig(env_id=env_id, action_set="everything"))
+        message = str(err.value)
+        assert "everything" in message and all(n in message for n in ("right_only", "simple", "complex"))
+
+
+def test_env_modules_do_not_import_torch() -> None:
+    """CI runs the envonly tests under Python 3.13 where torch is absent."""
+    code = (
+        "import sys; import shared.env_factory, shared.mario_env, shared.mario_emulator, shared.mario_ram; "
+        "sys.exit('torch' in sys.modules)"
+    )
+    subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)
