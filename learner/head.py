@@ -111,11 +111,12 @@ class Head:
             argv += ["--curve-keys", self.cfg.transport.curve_keys_dir]
         return argv
 
-    def _last_seen(self, slot: int) -> float | None:
-        """Monotonic time of the newest message from the collector registered for `slot`."""
+    def _last_seen(self, pid: int) -> float | None:
+        """Monotonic time of the newest message from the local collector process `pid`."""
         stats = self.consolidation.stats()
         now = time.monotonic()
-        ages = [c["last_seen_s"] for c in stats.collectors.values() if c["slot"] == slot and not c["closed"]]
+        ages = [c["last_seen_s"] for c in stats.collectors.values()
+                if c["pid"] == pid and c["host"] == self.consolidation.hostname and not c["closed"]]
         return now - min(ages) if ages else None
 
     def _resume(self, resume: Path) -> None:

@@ -38,8 +38,9 @@ class _Slot:
 class CollectorSupervisor:
     """Starts, watches and restarts N local collector processes.
 
-    `command(slot)` builds the argv for a slot; `last_seen(slot)` returns the monotonic time of
-    the newest message from that slot's collector (or None if it has not registered yet).
+    `command(slot)` builds the argv for a slot; `last_seen(pid)` returns the monotonic time of
+    the newest message from the collector running as process `pid` (None before it registered).
+    Matching by pid, not slot, keeps remote collectors (which number their own slots) apart.
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class CollectorSupervisor:
     def _stalled(self, slot: _Slot, now: float) -> bool:
         if now - slot.started_at < self._stall_timeout_s:
             return False
-        seen = self._last_seen(slot.index)
+        seen = self._last_seen(slot.process.pid) if slot.process is not None else None
         reference = slot.started_at if seen is None or seen < slot.started_at else seen
         return now - reference > self._stall_timeout_s
 

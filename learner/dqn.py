@@ -1,0 +1,150 @@
+"""The DQN update rule as pure functions, testable on hand-made batches.
+
+Double DQN with n-step targets (Hessel et al. 2018, Horgan et al. 2018):
+
+    a*  = argmax_a Q_online(s', a)                (double_q; else argmax of Q_target)
+    y   = R^(n) + gamma^m * Q_target(s', a*)      (`discounts` is gamma^m, 0 after a termination)
+    td  = y - Q_online(s, a)
+    L   = sum_i w_i * huber(td_i) / B_eff         (PER importance weights w_i)
+
+Why `/ B_eff` instead of a mean: with gradient accumulation every micro-batch divides by the
+*effective* batch size, so the summed micro-batch gradients equal the gradient of one big
+batch exactly (up to float summation order). The replay normalizes importance weights by
+their max over the whole effective batch because the learner samples the effective batch in
+one `sample()` call and splits it (see `learner.trainer`).
+
+The target side runs under `no_grad`; the loss is computed in float32 even under autocast
+(`.float()` on the Q outputs), so mixed precision only changes the network's matmuls/convs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HUBER_DELTA = 1.0  # smooth-L1 threshold: quadratic below, linear above (the DQN "error clipping")
+
+
+@dataclass
+class LossOutput:
+    """One micro-batch's loss and by-products (all detached except `loss`)."""
+
+    loss: torch.Tensor  # scalar, sum_i w_i * huber_i / normalizer (carries the graph)
+    td_abs: torch.Tensor  # float32 [B] |y - Q(s,a)|, detached, on the learner device
+    q_mean: torch.Tensor  # scalar, mean Q(s, a) of the batch, detached
+    unweighted_loss: torch.Tensor  # scalar, mean huber without importance weights, detached
+
+
+def td_targets(
+    online: nn.Module,
+    target: nn.Module,
+    next_obs: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    double_q: bool = True,
+) -> torch.Tensor:
+    """y = returns + discounts * Q_target(s', a*) as float32 [B], without a graph."""
+    with torch.no_grad():
+        q_next_target = target(next_obs).float()
+        if double_q:
+            best = online(next_obs).argmax(dim=1, keepdim=True)
+        else:
+            best = q_next_target.argmax(dim=1, keepdim=True)
+        bootstrap = q_next_target.gather(1, best).squeeze(1)
+        return returns.float() + discounts.float() * bootstrap
+
+
+def dqn_loss(
+    online: nn.Module,
+    target: nn.Module,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_obs: torch.Tensor,
+    weights: torch.Tensor,
+    double_q: bool = True,
+    normalizer: float | None = None,
+) -> LossOutput:
+    """Importance-weighted Huber loss of one (micro-)batch.
+
+    `normalizer` is the effective batch size the weighted sum is divided by (defaults to this
+    batch's size, i.e. a weighted mean). Pass the effective batch size when accumulating.
+    """
+    batch = int(actions.shape[0])
+    if batch == 0:
+        raise ValueError("dqn_loss: empty batch")
+    if normalizer is None:
+        normalizer = float(batch)
+    if normalizer <= 0:
+        raise ValueError(f"dqn_loss: normalizer={normalizer} must be positive")
+    y = td_targets(online, target, next_obs, returns, discounts, double_q)
+    q_all = online(obs).float()
+    q_sa = q_all.gather(1, actions.long().view(-1, 1)).squeeze(1)
+    per_sample = F.smooth_l1_loss(q_sa, y, reduction="none", beta=HUBER_DELTA)
+    loss = (weights.float() * per_sample).sum() / normalizer
+    td_abs = (y - q_sa).detach().abs()
+    return LossOutput(
+        loss=loss,
+        td_abs=td_abs,
+        q_mean=q_sa.detach().mean(),
+        unweighted_loss=per_sample.detach().mean(),
+    )
+
+
+def priorities_to_numpy(td_abs: torch.Tensor) -> np.ndarray:
+    """float32 CPU numpy copy of |TD| for `replay.update_priorities` (syncs on CUDA)."""
+    return td_abs.detach().to("cpu", torch.float32).numpy().astype(np.float32, copy=False)
+
+
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clip by global L2 norm; returns the pre-clipping norm (a tensor: no host sync)."""
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+
+
+@torch.no_grad()
+def hard_update(target: nn.Module, online: nn.Module) -> None:
+    """Copy online parameters and buffers into the target network."""
+    for t, o in zip(target.parameters(), online.parameters(), strict=True):
+        t.copy_(o)
+    for t, o in zip(target.buffers(), online.buffers(), strict=True):
+        t.copy_(o)
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online (soft update)."""
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"polyak_update: tau={tau} must be in (0, 1]")
+    t_params = list(target.parameters())
+    o_params = list(online.parameters())
+    if len(t_params) != len(o_params):
+        raise ValueError("polyak_update: networks have different parameter counts")
+    torch._foreach_lerp_(t_params, o_params, tau)
+    for t, o in zip(target.buffers(), online.buffers(), strict=True):
+        t.copy_(o)
+
+
+def sync_target(target: nn.Module, online: nn.Module, updates: int, every: int, tau: float) -> bool:
+    """Apply the configured target update after `updates` optimizer steps; True if it changed.
+
+    Polyak (tau > 0) updates every step; otherwise a hard copy every `every` updates.
+    """
+    if tau > 0.0:
+        polyak_update(target, online, tau)
+        return True
+    if every > 0 and updates % every == 0:
+        hard_update(target, online)
+        return True
+    return False
+
+
+def make_optimizer(params: list[torch.Tensor], lr: float, eps: float, device: torch.device) -> torch.optim.Adam:
+    """Adam; fused kernels on CUDA (one launch for all parameters), foreach on CPU."""
+    if device.type == "cuda":
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)

@@ -1,0 +1,209 @@
+"""Learner throughput benchmark: updates/s and samples/s of the real `Learner` per mode.
+
+Runs the Nature CNN on 4x84x84 uint8 stacks from `RandomReplay`, a replay-like source that
+gathers stacks out of a frame pool (numpy fancy indexing on CPU, torch indexing when the
+frames live on the GPU) so the input pipeline does comparable work to the real replay.
+
+Modes (key ``learner_updates_per_s`` maps mode -> updates/s):
+  fp32_b{32,128,512}           eager fp32
+  fp32_cl_b{128,512}           fp32 with channels_last (is NHWC worth it?)
+  bf16_b* (CPU) / amp_b* (CUDA) mixed precision per learner.precision (CPU bf16 only
+                               where oneDNN has native bf16; skipped-with-reason otherwise at
+                               large batches because it runs 10-30x slower there)
+  compiled_b32 / _b512         torch.compile(mode=default) at the device's default precision
+  accum_b512x4                 512 x 4 gradient accumulation (effective batch 2048)
+  *_gpustore (CUDA)            frames already on the GPU: no host->device copy
+Also: data_wait_frac per mode, compile_s, forward_ms_b2048 (no-grad forward, 2048 stacks).
+
+    python -m learner.learner_bench [--quick] [--device cpu|cuda] [--out bench.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner.precision import cpu_has_native_bf16, resolve_precision
+from learner.trainer import Learner
+from shared.batch import SampleBatch
+from shared.config import Config, LearnerConfig
+
+OBS_SHAPE = (84, 84)
+STACK = 4
+NUM_ACTIONS = 7
+
+
+class RandomReplay:
+    """Replay-like uniform source of random uint8 stacks (sample / update_priorities / counters)."""
+
+    def __init__(self, device: torch.device | str = "cpu", pool: int = 4096, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.device = torch.device(device)
+        frames = rng.integers(0, 256, size=(pool, *OBS_SHAPE), dtype=np.uint8)
+        self.frames_np = frames
+        self.frames_t = torch.from_numpy(frames).to(self.device) if self.device.type != "cpu" else None
+        self.pool = pool
+        self.rng = np.random.default_rng(seed + 1)
+        self.transitions_added = 10**12
+        self._offsets = np.arange(STACK, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.pool - STACK - 4
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> SampleBatch:
+        start = self.rng.integers(0, self.pool - STACK - 4, size=batch_size)
+        idx = start[:, None] + self._offsets[None, :]
+        actions = torch.from_numpy(self.rng.integers(0, NUM_ACTIONS, size=batch_size))
+        returns = torch.from_numpy(self.rng.normal(size=batch_size).astype(np.float32))
+        discounts = torch.full((batch_size,), 0.99**3, dtype=torch.float32)
+        weights = torch.from_numpy(self.rng.uniform(0.1, 1.0, size=batch_size).astype(np.float32))
+        if self.frames_t is not None:
+            gi = torch.from_numpy(idx).to(self.device)
+            obs, nxt = self.frames_t[gi], self.frames_t[gi + 3]
+            dev = self.device
+            actions, returns, discounts, weights = (t.to(dev) for t in (actions, returns, discounts, weights))
+        else:
+            obs, nxt = torch.from_numpy(self.frames_np[idx]), torch.from_numpy(self.frames_np[idx + 3])
+        return SampleBatch(obs, actions, returns, discounts, nxt, weights, start.astype(np.int64))
+
+    def update_priorities(self, indices: np.ndarray, td_abs: np.ndarray) -> None:
+        if len(indices) != len(td_abs):
+            raise ValueError("indices and td_abs differ in length")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: float, min_updates: int,
+             warmup: int, channels_last: bool | None = None) -> dict[str, Any]:
+    learner = Learner(cfg, OBS_SHAPE, np.uint8, STACK, NUM_ACTIONS, replay, device, channels_last=channels_last)
+    try:
+        learner.run_updates(warmup)
+        _sync(device)
+        learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call
+        learner.stats()  # mark the start: measure steady state only
+        n, t0 = 0, time.perf_counter()
+        while n < min_updates or time.perf_counter() - t0 < budget_s:
+            step = max(1, min_updates) if n == 0 else 1
+            learner.run_updates(step)
+            n += step
+            _sync(device)
+            if time.perf_counter() - t0 > 4 * budget_s and n >= 1:
+                break
+        dt = time.perf_counter() - t0
+        st = learner.stats()
+        return {"updates_per_s": n / dt, "samples_per_s": n * learner.batch_per_update / dt, "updates": n,
+                "data_wait_frac": st["data_wait_frac"], "compile_s": learner.compile_s,
+                "compiled": learner.compiled, "precision": learner.precision.name}
+    finally:
+        learner.close()
+
+
+def _forward_ms(device: torch.device, precision: str, batch: int = 2048, reps: int = 3) -> float:
+    from shared.network import build_q_network
+
+    net = build_q_network(OBS_SHAPE, STACK, NUM_ACTIONS).to(device)
+    policy = resolve_precision(precision, device)
+    obs = torch.randint(0, 256, (batch, STACK, *OBS_SHAPE), dtype=torch.uint8, device=device)
+    with torch.no_grad(), policy.autocast():
+        net(obs)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            net(obs)
+        _sync(device)
+    return (time.perf_counter() - t0) / reps * 1000.0
+
+
+def run_learner_bench(quick: bool = True, device: str | torch.device | None = None) -> dict[str, Any]:
+    """Benchmark the learner per mode on `device` (default: cuda if available); JSON-able dict."""
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = dev.type == "cuda"
+    budget = 2.0 if quick else 8.0
+    base = LearnerConfig(device=dev.type, warmup_transitions=0, samples_per_insert=0.0, prefetch=True,
+                         weight_broadcast_every=10**9, target_update_every=2000, precision="fp32",
+                         torch_threads=torch.get_num_threads())
+    amp_name = "amp" if cuda else "bf16"
+    amp_precision = "auto" if cuda else "bf16"
+    native_bf16 = cuda or cpu_has_native_bf16()
+    default_precision = resolve_precision("auto", dev).name
+    plan: list[tuple[str, LearnerConfig, bool | None, bool]] = []  # (mode, cfg, channels_last, gpu storage)
+    for b in (32, 128, 512):
+        plan.append((f"fp32_b{b}", replace(base, batch_size=b), None, False))
+    for b in (128, 512) if not quick else (128,):
+        plan.append((f"fp32_cl_b{b}", replace(base, batch_size=b), True, False))
+    skipped: dict[str, str] = {}
+    for b in (32, 128, 512):
+        if not native_bf16 and b > 32:
+            skipped[f"{amp_name}_b{b}"] = "CPU lacks native bf16 (oneDNN reference kernels, 10-30x slower)"
+            continue
+        plan.append((f"{amp_name}_b{b}", replace(base, batch_size=b, precision=amp_precision), None, False))
+    for b in (32,) if quick or not cuda else (32, 512):
+        plan.append((f"compiled_b{b}", replace(base, batch_size=b, precision="auto", compile_mode="default"),
+                     None, False))
+    plan.append(("accum_b512x4", replace(base, batch_size=512, grad_accum_steps=4, precision="auto"), None, False))
+    if cuda:
+        for b in (128, 512):
+            plan.append((f"{amp_name}_b{b}_gpustore", replace(base, batch_size=b, precision="auto"), None, True))
+
+    cpu_replay = RandomReplay("cpu")
+    gpu_replay = RandomReplay(dev) if cuda else None
+    results: dict[str, Any] = {}
+    for mode, lcfg, cl, gpustore in plan:
+        big = lcfg.batch_size * lcfg.grad_accum_steps >= 512
+        cfg = Config(learner=lcfg)
+        results[mode] = _measure(cfg, dev, gpu_replay if gpustore else cpu_replay, budget,
+                                 min_updates=1 if (big and not cuda) else 3, warmup=1 if not cuda else 3,
+                                 channels_last=cl)
+    forward = {"fp32": _forward_ms(dev, "fp32")}
+    if native_bf16:
+        forward[amp_name] = _forward_ms(dev, amp_precision)
+    compiled = {m: r for m, r in results.items() if m.startswith("compiled")}
+    return {
+        "device": str(dev) if not cuda else f"cuda ({torch.cuda.get_device_name(dev)})",
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "quick": quick,
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "default_precision": default_precision,
+        "learner_updates_per_s": {m: round(r["updates_per_s"], 3) for m, r in results.items()},
+        "learner_samples_per_s": {m: round(r["samples_per_s"], 1) for m, r in results.items()},
+        "data_wait_frac": {m: round(r["data_wait_frac"], 4) for m, r in results.items()},
+        "measured_updates": {m: r["updates"] for m, r in results.items()},
+        "compile_s": {m: round(r["compile_s"], 2) for m, r in compiled.items()},
+        "compiled_ok": {m: r["compiled"] for m, r in compiled.items()},
+        "forward_ms_b2048": {k: round(v, 2) for k, v in forward.items()},
+        "skipped": skipped,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Learner throughput benchmark (JSON on stdout)")
+    parser.add_argument("--quick", action="store_true", help="short time budget per mode")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    parser.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run_learner_bench(quick=args.quick, device=args.device)
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

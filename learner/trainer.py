@@ -1,0 +1,416 @@
+"""The Learner: owns the networks, optimizer, input pipeline, ratio control and checkpoints.
+
+One optimizer update (`train_step`) = one effective batch of ``batch_size x grad_accum_steps``
+transitions, drawn in ONE `replay.sample()` call and split into ``grad_accum_steps``
+micro-batches. Why one call: the replay normalizes importance weights by their max over the
+batch it returns, so this normalizes over the whole effective batch and the accumulated
+update equals the one-big-batch update exactly (each micro-loss divides by B_eff).
+
+Weight versions: ``version`` is the number of optimizer updates when the weights were
+published. The first `maybe_train`/`train_step` call publishes the starting weights (version 0
+on a fresh run, the restored update count after `load_checkpoint`); then every
+``weight_broadcast_every`` updates. Versions are therefore monotonic and ``lag = learner
+updates - collector's version`` is measured in updates. The callback receives the live
+state dict and must copy what it keeps (WeightPublisher.publish does one CPU copy).
+
+Thread use: `maybe_train`, `train_step`, `stats`, checkpointing and `close` are called from
+one thread (the head's training loop); the prefetch thread is the replay's reader thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner import checkpoint as ckpt
+from learner.dqn import clip_gradients, dqn_loss, make_optimizer, sync_target
+from learner.metrics import UpdateMeter
+from learner.precision import resolve_precision
+from learner.prefetch import PrefetchSource, SyncSource
+from learner.ratio import RatioController
+from shared.batch import SampleBatch
+from shared.network import build_q_network, is_image_obs
+
+WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
+
+
+class Learner:
+    def __init__(
+        self,
+        cfg: Any,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        stack: int,
+        num_actions: int,
+        replay: Any,
+        device: torch.device | str,
+        on_weights: WeightsCallback | None = None,
+        *,
+        channels_last: bool | None = None,
+        prefetch_depth: int = 2,
+    ) -> None:
+        lc = cfg.learner
+        self.cfg = cfg
+        self.lc = lc
+        self.replay = replay
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())  # so device equality checks hold
+        self.on_weights = on_weights
+        if self.device.type == "cpu":
+            torch.set_num_threads(lc.torch_threads)
+        self.geometry = {
+            "obs_shape": [int(d) for d in obs_shape],
+            "obs_dtype": np.dtype(obs_dtype).str,
+            "stack": int(stack),
+            "num_actions": int(num_actions),
+            "hidden": int(lc.hidden),
+            "dueling": bool(lc.dueling),
+        }
+        image = is_image_obs(obs_shape)
+        # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
+        # measured no consistent gain (best-of per update: b32 75 vs 86 ms, b128 282 vs 258 ms,
+        # b512 1074 vs 1033 ms), so it stays off there (the bench reports fp32_cl_b* to recheck).
+        self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        self.online = build_q_network(obs_shape, stack, num_actions, lc.hidden, lc.dueling).to(
+            self.device, memory_format=fmt
+        )
+        self.target = copy.deepcopy(self.online)
+        self.target.requires_grad_(False)
+        self.params = [p for p in self.online.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.params, lc.lr, lc.adam_eps, self.device)
+        self.precision = resolve_precision(lc.precision, self.device)
+        self.scaler = self.precision.make_scaler()
+        self.micro = int(lc.batch_size)
+        self.accum = int(lc.grad_accum_steps)
+        self.batch_per_update = self.micro * self.accum
+        self.ratio = RatioController(lc.samples_per_insert, lc.warmup_transitions, self.batch_per_update)
+        self.prefetch_depth = int(prefetch_depth)
+        # counters (checkpointed)
+        self.updates = 0
+        self.samples = 0
+        self.broadcasts = 0
+        self.weight_version = -1  # last version handed to on_weights; -1 = none yet
+        # compile
+        self._fwd_online: Any = self.online
+        self._fwd_target: Any = self.target
+        self.compile_s = 0.0
+        self.compiled = False
+        self.compile_error: str | None = None
+        if lc.compile_mode != "off":
+            self._compile(lc.compile_mode)
+        self._source: SyncSource | PrefetchSource | None = None
+        self._last_checkpoint_t = time.monotonic()
+        window = float(getattr(getattr(cfg, "logging", None), "interval_s", 10.0))
+        self.meter = UpdateMeter(self.device, window_s=window)
+        self._grad_scale: float | None = None
+
+    # ------------------------------------------------------------------ compile
+    def _compile(self, mode: str) -> None:
+        """torch.compile both networks and run one warm-up step on zeros; eager + ONE warning on failure."""
+        t0 = time.perf_counter()
+        try:
+            self._fwd_online = torch.compile(self.online, mode=mode)
+            self._fwd_target = torch.compile(self.target, mode=mode)
+            dummy = self._dummy_batch()
+            self._forward_backward(dummy)  # triggers compilation of fwd (grad / no-grad) and bwd graphs
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.compiled = True
+        except Exception as exc:  # inductor/compiler missing, unsupported op, ...
+            self._fwd_online, self._fwd_target = self.online, self.target
+            self.optimizer.zero_grad(set_to_none=True)
+            self.compile_error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(
+                f"torch.compile(mode={mode!r}) failed, training eagerly: {self.compile_error[:500]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.compile_s = time.perf_counter() - t0
+
+    def _dummy_batch(self) -> SampleBatch:
+        b, shape = self.batch_per_update, (self.geometry["stack"], *self.geometry["obs_shape"])
+        dtype = torch.from_numpy(np.zeros(1, dtype=np.dtype(self.geometry["obs_dtype"]))).dtype
+        obs = torch.zeros((b, *shape), dtype=dtype, device=self.device)
+        z = torch.zeros(b, device=self.device)
+        return SampleBatch(obs, torch.zeros(b, dtype=torch.int64, device=self.device), z, z, obs, z + 1,
+                           np.zeros(b, dtype=np.int64))
+
+    # ------------------------------------------------------------------ the update
+    def _forward_backward(self, batch: SampleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Accumulate gradients over the micro-batches; returns (loss, td_abs [B_eff], q_sum) detached."""
+        n = len(batch)
+        if n != self.batch_per_update:
+            raise ValueError(f"replay returned {n} transitions, expected batch_size x grad_accum_steps = "
+                             f"{self.batch_per_update}")
+        if self.compiled and self.lc.compile_mode == "reduce-overhead" and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        td_parts, loss_total, q_total = [], torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        for k in range(self.accum):
+            sl = slice(k * self.micro, (k + 1) * self.micro)
+            obs, next_obs = batch.obs[sl], batch.next_obs[sl]
+            if self.channels_last:
+                obs = obs.contiguous(memory_format=torch.channels_last)
+                next_obs = next_obs.contiguous(memory_format=torch.channels_last)
+            with self.precision.autocast():
+                out = dqn_loss(self._fwd_online, self._fwd_target, obs, batch.actions[sl], batch.returns[sl],
+                               batch.discounts[sl], next_obs, batch.weights[sl], self.lc.double_q,
+                               normalizer=float(n))
+            self.scaler.scale(out.loss).backward()
+            td_parts.append(out.td_abs)
+            loss_total = loss_total + out.loss.detach()
+            q_total = q_total + out.q_mean * self.micro
+        td = td_parts[0] if len(td_parts) == 1 else torch.cat(td_parts)
+        return loss_total, td, q_total
+
+    def _apply_update(self, batch: SampleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimizer step on `batch` (no host sync); returns (loss, td_abs, q_sum, grad_norm)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, td, q_sum = self._forward_backward(batch)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = clip_gradients(self.params, self.lc.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss, td, q_sum, grad_norm.detach()
+
+    def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self._ensure_initial_broadcast()
+        source = self._ensure_source()
+        t0 = time.perf_counter()
+        batch = source.get()
+        loss, td, q_sum, grad_norm = self._apply_update(batch)
+        source.update_priorities(batch.indices, td)
+        self.updates += 1
+        self.samples += len(batch)
+        sync_target(self.target, self.online, self.updates, self.lc.target_update_every, self.lc.polyak_tau)
+        if self.updates % self.lc.weight_broadcast_every == 0:
+            self.broadcast()
+        self.meter.add(loss, td.sum(), q_sum, grad_norm, len(batch), time.perf_counter() - t0)
+        return loss, td, q_sum, grad_norm
+
+    def train_step(self) -> dict[str, float]:
+        """Exactly one optimizer update, priorities handed back; returns floats (syncs on CUDA).
+
+        Ignores the ratio controller and warmup (the caller asked for exactly one update);
+        `maybe_train` is the rate-limited, sync-free entry point.
+        """
+        loss, td, q_sum, grad_norm = self._step()
+        return {
+            "loss": float(loss),
+            "td_error": float(td.mean()),
+            "mean_q": float(q_sum) / self.batch_per_update,
+            "grad_norm": float(grad_norm),
+            "updates": self.updates,
+            "samples": self.samples,
+        }
+
+    def run_updates(self, n: int) -> None:
+        """`n` updates back to back, ignoring warmup/ratio and without a host sync (benchmarks, tests)."""
+        for _ in range(int(n)):
+            self._step()
+
+    def maybe_train(self, max_updates: int | None = None, time_budget_s: float = 0.05,
+                    idle_sleep_s: float = 0.002) -> int:
+        """Do updates while warmup/ratio allow, up to `max_updates` or `time_budget_s`; returns how many.
+
+        When warming up or throttled it sleeps `idle_sleep_s` once (so a polling head loop does
+        not spin) and returns 0. Publishes the starting weights on the first call.
+        """
+        self._ensure_initial_broadcast()
+        done = 0
+        end = time.monotonic() + time_budget_s
+        while max_updates is None or done < max_updates:
+            decision = self.ratio.decide(int(self.replay.transitions_added), self.samples)
+            if not decision.may_update:
+                if done == 0 and idle_sleep_s > 0:
+                    time.sleep(idle_sleep_s)
+                break
+            self._step()
+            done += 1
+            if time.monotonic() >= end:
+                break
+        return done
+
+    # ------------------------------------------------------------------ plumbing
+    def beta(self) -> float:
+        """PER importance exponent, annealed linearly from beta_start to 1 over beta_steps updates."""
+        r = self.cfg.replay
+        return r.beta_start + (1.0 - r.beta_start) * min(1.0, self.updates / r.beta_steps)
+
+    def _ensure_source(self) -> SyncSource | PrefetchSource:
+        """Created at the first update, so nothing samples the replay before warmup has passed."""
+        if self._source is None:
+            if self.lc.prefetch:
+                self._source = PrefetchSource(self.replay, self.batch_per_update, self.beta, self.device,
+                                              depth=self.prefetch_depth)
+            else:
+                self._source = SyncSource(self.replay, self.batch_per_update, self.beta, self.device)
+        return self._source
+
+    def _ensure_initial_broadcast(self) -> None:
+        if self.weight_version < 0:
+            self.broadcast()
+
+    def broadcast(self) -> None:
+        """Publish the online weights as version = updates (see module docstring)."""
+        self.weight_version = self.updates
+        self.broadcasts += 1
+        if self.on_weights is not None:
+            self.on_weights(self.updates, self.online.state_dict())
+
+    def stats(self) -> dict[str, Any]:
+        """Learner metrics; means/rates over about the last logging.interval_s (see UpdateMeter).
+
+        Cheap to call often: at most one host sync per 0.5 s, counters always current.
+        """
+        refreshed_at = self.meter.last_refresh
+        out: dict[str, Any] = self.meter.read(self._source.wait_s if self._source is not None else 0.0)
+        if self.precision.use_scaler and (self.meter.last_refresh != refreshed_at or self._grad_scale is None):
+            self._grad_scale = float(self.scaler.get_scale())  # a host sync: only when the meter refreshed
+        out.update({
+            "updates": self.updates,
+            "samples": self.samples,
+            "beta": self.beta(),
+            "weight_version": self.weight_version,
+            "broadcasts": self.broadcasts,
+            "compile_s": self.compile_s,
+            "compiled": self.compiled,
+            "precision": self.precision.name,
+            "batch_per_update": self.batch_per_update,
+            "transitions_added": int(self.replay.transitions_added),
+        })
+        # len(replay) belongs to the reader (prefetch) thread: use its last reading; before the
+        # first sample (warmup <= capacity, so no wrap yet) the insert count is the size
+        out["replay_size"] = self._source.replay_size if self._source is not None else out["transitions_added"]
+        if self.precision.use_scaler:
+            out["grad_scale"] = self._grad_scale
+        out.update(self.ratio.stats())
+        return out
+
+    def close(self) -> None:
+        """Stop the prefetch thread (pending priority updates are applied first). Idempotent."""
+        if self._source is not None:
+            self._source.close()
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ state
+    def counters(self) -> dict[str, int]:
+        return {"updates": self.updates, "samples": self.samples, "broadcasts": self.broadcasts}
+
+    def state_dict(self) -> dict[str, Any]:
+        """In-memory state (networks, optimizer, scaler, counters); see save_checkpoint for disk."""
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "counters": self.counters(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], where: str = "state_dict") -> None:
+        """Restore `state_dict()` output; CheckpointError on any key/shape mismatch (nothing changed then)."""
+        for name in ("online", "target", "optimizer", "scaler", "counters"):
+            if name not in state:
+                raise ckpt.CheckpointError(f"{where}: missing {name!r}")
+        ckpt.check_state_dict(self.online.state_dict(), state["online"], f"{where}[online]")
+        ckpt.check_state_dict(self.target.state_dict(), state["target"], f"{where}[target]")
+        self._check_optimizer_state(state["optimizer"], f"{where}[optimizer]")
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.precision.use_scaler and state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        c = state["counters"]
+        self.updates, self.samples = int(c.get("updates", 0)), int(c.get("samples", 0))
+        self.broadcasts = int(c.get("broadcasts", 0))
+        if self.weight_version >= 0:  # collectors already got other weights: publish the restored ones
+            self.broadcast()
+
+    def _check_optimizer_state(self, opt_state: Any, where: str) -> None:
+        if not isinstance(opt_state, Mapping) or "state" not in opt_state or "param_groups" not in opt_state:
+            raise ckpt.CheckpointError(f"{where}: not an optimizer state dict")
+        ids = [i for g in opt_state["param_groups"] for i in g.get("params", [])]
+        if len(ids) != len(self.params):
+            raise ckpt.CheckpointError(f"{where}: {len(ids)} parameters in checkpoint vs {len(self.params)} in learner")
+        for pid, param in zip(ids, self.params, strict=True):
+            for key, t in (opt_state["state"].get(pid) or {}).items():
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(param.shape):
+                    raise ckpt.CheckpointError(f"{where}: shape mismatch for state[{pid}][{key}]: checkpoint "
+                                               f"{tuple(t.shape)} vs parameter {tuple(param.shape)}")
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, run_dir: str | Path, replay: Any = None,
+                        extra_counters: Mapping[str, int | float] | None = None, *,
+                        counters: Mapping[str, int | float] | None = None) -> Path:
+        """Atomically write run_dir/checkpoint/ (replay included when given); returns its path.
+
+        `extra_counters` (or `counters`: env steps, episodes, ... from the head) are stored and returned by
+        `load_checkpoint`. The prefetch thread is paused (and pending priority updates applied)
+        while the replay is saved, since the replay belongs to that thread.
+        """
+        state = self.state_dict()
+        merged = {**dict(extra_counters or {}), **dict(counters or {}), **state["counters"],
+                  "transitions_added": int(self.replay.transitions_added)}
+        data = ckpt.CheckpointData(
+            geometry=self.geometry,
+            model={"online": state["online"], "target": state["target"]},
+            optimizer=state["optimizer"],
+            scaler=state["scaler"],
+            counters=merged,
+            config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}),
+            rng=ckpt.capture_rng(),
+        )
+        if replay is not None and self._source is not None:
+            with self._source.pause():
+                path = ckpt.save_checkpoint(run_dir, data, replay)
+        else:
+            path = ckpt.save_checkpoint(run_dir, data, replay)
+        self._last_checkpoint_t = time.monotonic()
+        return path
+
+    def maybe_checkpoint(self, run_dir: str | Path, extra_counters: Mapping[str, int | float] | None = None,
+                         force: bool = False) -> Path | None:
+        """Save when checkpoint_every_s has passed since the last save (or `force`), replay per save_replay."""
+        if not force and time.monotonic() - self._last_checkpoint_t < self.lc.checkpoint_every_s:
+            return None
+        return self.save_checkpoint(run_dir, self.replay if self.lc.save_replay else None, extra_counters)
+
+    def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:
+        """Restore from a run dir or checkpoint dir; returns the stored counters (incl. extra ones).
+
+        With `replay` given and a replay in the checkpoint, the replay is restored too (the
+        caller keeps the replay's writer quiescent). CheckpointError on any mismatch.
+        """
+        data = ckpt.load_checkpoint(path)
+        where = data.path or Path(path)
+        ckpt.check_geometry(self.geometry, data.geometry, where / "meta.json")
+        state = {"online": data.model["online"], "target": data.model["target"], "optimizer": data.optimizer,
+                 "scaler": data.scaler, "counters": data.counters}
+        self.load_state_dict(state, where=str(where / "model.pt"))
+        if restore_rng:
+            ckpt.restore_rng(data.rng)
+        if replay is not None and data.has_replay:
+            try:
+                if self._source is not None:
+                    with self._source.pause():
+                        replay.restore(where / "replay")
+                else:
+                    replay.restore(where / "replay")
+            except (ValueError, OSError, KeyError) as exc:
+                raise ckpt.CheckpointError(f"{where / 'replay'}: {exc}") from exc
+        return dict(data.counters)
