@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 from replay.buffer import ReplayBuffer
 from tests.test_replay_sim import Stream, chunks_for, make_streams
@@ -49,8 +50,15 @@ def check_stacks(head: np.ndarray, t_last: np.ndarray, stack: int) -> None:
         raise AssertionError(f"bad stack {head[bad].tolist()}")
 
 
-@pytest.mark.parametrize("batches", [300, pytest.param(3000, marks=pytest.mark.slow)])
-def test_writer_thread_and_reader_thread_without_lock(batches: int) -> None:
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (frames stored on the GPU)")
+
+
+@pytest.mark.parametrize("batches, device", [
+    (300, "cpu"),
+    pytest.param(3000, "cpu", marks=pytest.mark.slow),
+    pytest.param(3000, "cuda", marks=CUDA),
+])
+def test_writer_thread_and_reader_thread_without_lock(batches: int, device: str) -> None:
     rng = np.random.default_rng(2024)
     stack, n, gamma = 4, 3, 0.97
     streams = make_streams(6, SHAPE, rng, episodes=6, max_len=60)
@@ -63,7 +71,7 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int) -> None:
             chunks.append(next(gens[k])[0])
         except StopIteration:
             gens.pop(k)
-    buf = ReplayBuffer(400, SHAPE, np.uint8, stack, n, gamma, max_chunk_frames=64, seed=3)
+    buf = ReplayBuffer(400, SHAPE, np.uint8, stack, n, gamma, max_chunk_frames=64, seed=3, device=device)
     for c in chunks[:10]:
         buf.add_chunk(c)
     stop = threading.Event()
@@ -84,7 +92,8 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int) -> None:
     try:
         for it in range(batches):
             b = buf.sample(bsz, beta=0.6)
-            obs, nxt = headers(b.obs.numpy()), headers(b.next_obs.numpy())
+            assert b.obs.device.type == device and b.next_obs.device.type == device
+            obs, nxt = headers(b.obs.cpu().numpy()), headers(b.next_obs.cpu().numpy())
             check_stacks(obs, obs[:, -1, 2], stack)
             check_stacks(nxt, nxt[:, -1, 2], stack)
             if not np.array_equal(obs[:, -1, :2], nxt[:, -1, :2]):
@@ -104,3 +113,23 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int) -> None:
     assert buf.transitions_added > 5 * 400  # the writer lapped the ring many times
     buf.check_valid()
     print(f"stale rows resampled: {buf._reader.stale_rows_resampled}, transitions added {buf.transitions_added}")
+
+
+@CUDA
+def test_from_config_puts_frames_on_the_learner_gpu_when_they_fit() -> None:
+    from config_optimized import load_profile
+
+    cfg = load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=auto"])
+    buf = ReplayBuffer.from_config(cfg, SHAPE, np.uint8, 4, torch.device("cuda"))
+    rng = np.random.default_rng(1)
+    streams = make_streams(2, SHAPE, rng, episodes=2, max_len=40)
+    for st in streams:
+        for chunk, *_ in chunks_for(st, 4, cfg.replay.n_step, rng, max_new=20, min_new=5):
+            buf.add_chunk(chunk)
+    batch = buf.sample(64, beta=0.5)
+    assert batch.obs.is_cuda and batch.next_obs.is_cuda and batch.obs.dtype == torch.uint8
+    buf.check_valid()
+    cpu = ReplayBuffer.from_config(load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=cpu"]),
+                                   SHAPE, np.uint8, 4, torch.device("cuda"))
+    cpu.add_chunk(next(chunks_for(streams[0], 4, cfg.replay.n_step, rng, max_new=20, min_new=5))[0])
+    assert not cpu.sample(8, beta=0.5).obs.is_cuda

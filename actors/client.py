@@ -1,0 +1,205 @@
+"""The collector's side of the transport: registration, its PUSH data socket, the weights SUB.
+
+Registration is a DEALER exchange (HELLO with a nonce, retried until WELCOME; the head answers
+a retried nonce with the same WELCOME, so a retry never allocates a second collector). Data goes
+through the collector's own PUSH socket to the PULL socket the head bound for it, with
+SNDHWM = send_hwm: when the learner falls behind, `send` blocks (bounded memory, nothing
+dropped) while still watching the head's heartbeat and the stop flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket as pysocket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import zmq
+
+from shared.chunk import TransitionChunk
+from shared.config import Config
+from shared.keys import CurveClient
+from shared.protocol import (
+    HEAD_HEARTBEAT,
+    HEARTBEAT,
+    HELLO,
+    STOP,
+    WEIGHTS,
+    WELCOME,
+    EpisodeSummary,
+    ProtocolError,
+    decode,
+    decode_header,
+    encode_chunk,
+    encode_episode,
+    encode_json,
+    encode_simple,
+    send_parts,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RegistrationError(RuntimeError):
+    """The head did not answer HELLO in time or answered something unusable."""
+
+
+@dataclass(frozen=True)
+class Welcome:
+    collector_id: int
+    data_endpoint: str
+    weights_endpoint: str
+    epsilon: float
+    num_collectors: int
+    slot: int
+    config: Config
+
+
+def _socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.linger = 0
+    if curve is not None:
+        curve.apply(sock)
+    return sock
+
+
+def _reachable(endpoint: str, connect: str) -> str:
+    """A tcp endpoint bound on a wildcard address is reached at the host we registered with."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    host = urlsplit(endpoint).hostname
+    if host in ("0.0.0.0", "*", "::"):
+        port = endpoint.rsplit(":", 1)[1]
+        return f"tcp://{urlsplit(connect).hostname}:{port}"
+    return endpoint
+
+
+def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient | None = None,
+             timeout_s: float = 30.0, retry_s: float = 1.0, envs: int = 0) -> Welcome:
+    """HELLO -> WELCOME over a DEALER socket; raises RegistrationError after `timeout_s`."""
+    hello = {"host": pysocket.gethostname(), "pid": os.getpid(), "slot": slot, "nonce": uuid.uuid4().hex,
+             "envs": envs}
+    sock = _socket(ctx, zmq.DEALER, curve)
+    sock.sndhwm = 4
+    try:
+        sock.connect(connect)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:  # NOBLOCK: a DEALER without a usable peer (e.g. a refused CURVE handshake) would block
+                sock.send_multipart(encode_json(HELLO, hello), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+            if sock.poll(retry_s * 1000):
+                try:
+                    msg = decode(sock.recv_multipart())
+                except ProtocolError as exc:
+                    raise RegistrationError(f"bad WELCOME: {exc}") from None
+                if msg.header.msg_type != WELCOME:
+                    raise RegistrationError(f"expected WELCOME, got type {msg.header.msg_type}")
+                return _parse_welcome(msg.payload, connect)
+        raise RegistrationError(f"no WELCOME from {connect} within {timeout_s:.0f} s")
+    finally:
+        sock.close(linger=0)
+
+
+def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
+    try:
+        return Welcome(
+            int(data["collector_id"]), _reachable(str(data["data_endpoint"]), connect),
+            _reachable(str(data["weights_endpoint"]), connect), float(data["epsilon"]),
+            int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RegistrationError(f"unusable WELCOME: {exc}") from None
+
+
+class HeadLink:
+    """The collector's data PUSH and weights SUB sockets plus head liveness."""
+
+    def __init__(self, ctx: zmq.Context, welcome: Welcome, curve: CurveClient | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
+        cfg = welcome.config
+        self.collector_id = welcome.collector_id
+        self.head_timeout_s = cfg.transport.head_timeout_s
+        self.heartbeat_s = cfg.collectors.heartbeat_s
+        self.should_stop = should_stop
+        self.push = _socket(ctx, zmq.PUSH, curve)
+        self.push.sndhwm = cfg.collectors.send_hwm
+        self.push.connect(welcome.data_endpoint)
+        self.sub = _socket(ctx, zmq.SUB, curve)
+        self.sub.rcvhwm = 64
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(welcome.weights_endpoint)
+        self.seq = 0
+        self.last_head = time.monotonic()
+        self.next_heartbeat = time.monotonic()
+        self.stop_requested = False
+        self.weight_version = 0  # version the collector acts with (set by the collector)
+        self._weights: list[Any] | None = None
+        self._weights_version = -1
+        self.sent_messages = 0
+
+    # ------------------------------------------------------------------ incoming
+    def poll_head(self) -> None:
+        """Drain the SUB socket without blocking; keep only the newest WEIGHTS message."""
+        while self.sub.poll(0):
+            parts = self.sub.recv_multipart(copy=False)
+            try:
+                header = decode_header(parts[0])
+            except ProtocolError as exc:
+                log.warning("ignoring bad message from head: %s", exc.reason)
+                continue
+            self.last_head = time.monotonic()
+            if header.msg_type == WEIGHTS and header.weight_version > max(self._weights_version, self.weight_version):
+                self._weights, self._weights_version = parts, header.weight_version
+            elif header.msg_type == STOP:
+                self.stop_requested = True
+            elif header.msg_type not in (WEIGHTS, HEAD_HEARTBEAT):
+                log.warning("ignoring unexpected message type %d from head", header.msg_type)
+
+    def take_weights(self) -> list[Any] | None:
+        parts, self._weights = self._weights, None
+        return parts
+
+    def head_silent(self) -> bool:
+        return time.monotonic() - self.last_head > self.head_timeout_s
+
+    def must_exit(self) -> bool:
+        return self.stop_requested or self.head_silent() or self.should_stop()
+
+    # ------------------------------------------------------------------ outgoing
+    def _send(self, build: Callable[[int], list[Any]], block: bool) -> bool:
+        """Send one message with the next sequence number; block while the HWM is full."""
+        while True:
+            if self.push.poll(0 if not block else 100, zmq.POLLOUT):
+                self.seq += 1
+                send_parts(self.push, build(self.seq))
+                self.sent_messages += 1
+                return True
+            if not block:
+                return False
+            self.poll_head()
+            if self.must_exit():
+                return False
+
+    def send_chunk(self, chunk: TransitionChunk) -> bool:
+        return self._send(lambda seq: encode_chunk(chunk, self.collector_id, seq, self.weight_version), True)
+
+    def send_episode(self, summary: EpisodeSummary) -> bool:
+        return self._send(lambda seq: encode_episode(summary, self.collector_id, seq, self.weight_version), True)
+
+    def maybe_heartbeat(self) -> None:
+        """HEARTBEAT every heartbeat_s; skipped (never queued) when the socket is full."""
+        now = time.monotonic()
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.heartbeat_s
+            self._send(lambda seq: encode_simple(HEARTBEAT, self.collector_id, seq, self.weight_version), False)
+
+    def close(self) -> None:
+        self.push.close(linger=0)
+        self.sub.close(linger=0)

@@ -1,0 +1,181 @@
+"""The collector loop: K envs, one batched forward per step, chunks per env stream.
+
+Per step: one forward over the K rolling stacks (torch.inference_mode, 1 thread), the Q rows
+kept for the initial priorities, epsilon-greedy actions, K env steps, then the chunk cut for
+every stream that has `chunk_steps` complete transitions. Everything except `env.step` is
+numpy on small arrays so the emulator stays the ceiling (see actors/bench.py for the figure).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from actors.envs import env_spec, episode_info, make_env
+from actors.stream import StreamRecorder
+from shared.chunk import TransitionChunk
+from shared.config import Config
+from shared.network import build_q_network
+from shared.protocol import EpisodeSummary, ProtocolError
+from shared.weights import decode_weights
+
+log = logging.getLogger(__name__)
+
+
+class Link(Protocol):
+    weight_version: int
+
+    def poll_head(self) -> None: ...
+    def take_weights(self) -> list[Any] | None: ...
+    def must_exit(self) -> bool: ...
+    def send_chunk(self, chunk: TransitionChunk) -> bool: ...
+    def send_episode(self, summary: EpisodeSummary) -> bool: ...
+    def maybe_heartbeat(self) -> None: ...
+
+
+@dataclass
+class Timing:
+    """Where a collector's time goes: env stepping (the ceiling) vs everything else."""
+
+    steps: int = 0  # loop iterations (K env steps each)
+    env_s: float = 0.0
+    infer_s: float = 0.0  # the batched forwards (part of the overhead)
+    total_s: float = 0.0
+
+    @property
+    def overhead_frac(self) -> float:
+        return (self.total_s - self.env_s) / self.env_s if self.env_s > 0 else float("nan")
+
+
+class Collector:
+    def __init__(self, config: Config, collector_id: int, epsilon: float, link: Link, seed: int | None = None) -> None:
+        torch.set_num_threads(config.collectors.torch_threads)
+        self.config = config
+        self.collector_id = collector_id
+        self.epsilon = float(epsilon)
+        self.link = link
+        k = config.collectors.envs_per_collector
+        self.envs = [make_env(config.env) for _ in range(k)]
+        self.obs_shape, self.obs_dtype, self.num_actions, self.stack = env_spec(config.env, self.envs[0])
+        lc = config.learner
+        self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling).eval()
+        self._reference = dict(self.net.state_dict())
+        self.weight_version = 0
+        base = config.env.seed + 1000 * collector_id if seed is None else seed
+        self.rng = np.random.default_rng(base)
+        r = config.replay
+        self.recorders = [StreamRecorder(i, self.stack, r.n_step, r.gamma, config.collectors.chunk_steps,
+                                         self.num_actions) for i in range(k)]
+        self.stacks = np.zeros((k, self.stack, *self.obs_shape), dtype=self.obs_dtype)
+        self.returns = np.zeros(k, dtype=np.float64)
+        self.lengths = np.zeros(k, dtype=np.int64)
+        self.timing = Timing()
+        self.episodes = 0
+        t0 = time.perf_counter()
+        for i, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=base + i)
+            self._begin(i, obs)
+        self.timing.env_s += time.perf_counter() - t0
+
+    def _frame(self, obs: Any) -> np.ndarray:
+        return np.array(obs, dtype=self.obs_dtype, copy=True)
+
+    def _begin(self, i: int, obs: Any) -> None:
+        frame = self._frame(obs)
+        self.recorders[i].begin_episode(frame)
+        self.stacks[i] = frame  # pad with the first frame: the shared.chunk convention
+        self.returns[i] = 0.0
+        self.lengths[i] = 0
+
+    def _q(self, stacks: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.net(torch.from_numpy(stacks)).float().numpy()
+
+    def load_weights(self, parts: list[Any]) -> bool:
+        """Verify (monotonic version, names/shapes/dtypes of our net) and load; False if refused."""
+        try:
+            version, state = decode_weights(parts, self._reference)
+        except ProtocolError as exc:
+            log.warning("refused weights: %s", exc)
+            return False
+        if version <= self.weight_version:
+            return False
+        self.net.load_state_dict(state)
+        self.weight_version = self.link.weight_version = version
+        return True
+
+    def step(self) -> bool:
+        """One loop iteration over all K envs; False when a send was abandoned (exit)."""
+        t_start = time.perf_counter()
+        self.link.poll_head()
+        parts = self.link.take_weights()
+        if parts is not None:
+            self.load_weights(parts)
+        t0 = time.perf_counter()
+        q = self._q(self.stacks)
+        self.timing.infer_s += time.perf_counter() - t0
+        for i, rec in enumerate(self.recorders):
+            rec.set_q(q[i])
+            if rec.ready():
+                chunk = rec.build_chunk()
+                if chunk is not None and not self.link.send_chunk(chunk):
+                    return False
+        greedy = q.argmax(axis=1)
+        explore = self.rng.random(len(self.envs)) < self.epsilon
+        actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(self.envs)), greedy)
+        truncated_finals: list[tuple[int, int, np.ndarray]] = []
+        env_s = 0.0
+        for i, env in enumerate(self.envs):
+            t0 = time.perf_counter()
+            obs, reward, terminated, truncated, info = env.step(int(actions[i]))
+            env_s += time.perf_counter() - t0
+            frame = self._frame(obs)
+            rec = self.recorders[i]
+            index = rec.record_step(int(actions[i]), float(reward), frame, bool(terminated), bool(truncated))
+            self.returns[i] += float(reward)
+            self.lengths[i] += 1
+            self.stacks[i, :-1] = self.stacks[i, 1:]
+            self.stacks[i, -1] = frame
+            if terminated or truncated:
+                if truncated and not terminated:
+                    truncated_finals.append((i, index, self.stacks[i].copy()))
+                x_pos, flag_get, world, stage = episode_info(info)
+                summary = EpisodeSummary(i, int(self.lengths[i]), float(self.returns[i]), x_pos, flag_get, world, stage)
+                self.episodes += 1
+                if not self.link.send_episode(summary):
+                    return False
+                t0 = time.perf_counter()
+                obs, _ = env.reset()
+                env_s += time.perf_counter() - t0
+                self._begin(i, obs)
+        if truncated_finals:  # the bootstrap Q of a truncated episode's final observation
+            q_final = self._q(np.stack([s for _, _, s in truncated_finals]))
+            for (i, index, _), row in zip(truncated_finals, q_final, strict=True):
+                self.recorders[i].set_q(row, index)
+        self.link.maybe_heartbeat()
+        self.timing.steps += 1
+        self.timing.env_s += env_s
+        self.timing.total_s += time.perf_counter() - t_start
+        return True
+
+    def run(self, max_steps: int | None = None) -> str:
+        """Step until told to stop; returns why ('stop', 'head_silent', 'max_steps', 'send')."""
+        while max_steps is None or self.timing.steps < max_steps:
+            self.link.poll_head()  # first: env start-up may have outlasted head_timeout_s
+            if self.link.must_exit():
+                return "head_silent" if getattr(self.link, "head_silent", lambda: False)() else "stop"
+            if not self.step():
+                return "send"
+        return "max_steps"
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not mask the exit reason
+                log.debug("env close failed: %r", exc)

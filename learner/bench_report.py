@@ -1,0 +1,261 @@
+"""Report plumbing for `make bench`: machine facts, the JSON file, the printed table.
+
+Kept apart from the measuring code so it can be tested in milliseconds with made-up figures,
+and so the rule "a figure that was not measured is null, with its reason in `errors`" is
+enforced in exactly one place (`assemble_report`) instead of at every call site.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Every key the JSON must carry at top level, in the order the table prints them. A key that a
+# run could not measure is still present (null) and has an entry in report["errors"].
+HEADLINE_KEYS: tuple[str, ...] = (
+    "emulator_ceiling_sps",
+    "project_env_sps",
+    "naive_pipeline_sps",
+    "naive_drain_sps",
+    "pipeline_sps",
+    "training_sps",
+    "pipeline_efficiency",
+    "pipeline_env_efficiency",
+    "replay_insert_tps",
+    "replay_sample32_ms",
+    "replay_sample512_ms",
+    "naive_replay_sample512_ms",
+    "copy_floor_sample512_ms",
+    "torchrl_sample512_ms",
+    "bytes_per_transition",
+    "naive_bytes_per_transition",
+    "transport_tps",
+    "mpqueue_transport_tps",
+    "collector_overhead_frac",
+    "learner_updates_per_s",
+)
+
+# What each headline figure means, printed as the table's last column (units included).
+DESCRIPTIONS: dict[str, str] = {
+    "emulator_ceiling_sps": "raw emulator agent steps/s, all collectors, no learning",
+    "project_env_sps": "env factory env (what collectors step), random actions, no learning",
+    "naive_pipeline_sps": "seed design: mp.Queue + deque replay, training (transitions/s)",
+    "naive_drain_sps": "seed design, learner only drains (transitions/s)",
+    "pipeline_sps": "our pipeline, learner drains only (env steps/s)",
+    "training_sps": "our pipeline, learner training (env steps/s)",
+    "pipeline_efficiency": "pipeline_sps / emulator_ceiling_sps",
+    "pipeline_env_efficiency": "pipeline_sps / project_env_sps",
+    "replay_insert_tps": "replay inserts (transitions/s)",
+    "replay_sample32_ms": "replay sample, batch 32 (ms)",
+    "replay_sample512_ms": "replay sample, batch 512 (ms)",
+    "naive_replay_sample512_ms": "deque + random.sample + np.stack, batch 512 (ms)",
+    "copy_floor_sample512_ms": "memcpy floor for a 512 batch (ms)",
+    "torchrl_sample512_ms": "torchrl replay sample, batch 512 (ms)",
+    "bytes_per_transition": "replay bytes per transition",
+    "naive_bytes_per_transition": "deque replay bytes per transition",
+    "transport_tps": "ZeroMQ transport (transitions/s)",
+    "mpqueue_transport_tps": "multiprocessing.Queue transport (transitions/s)",
+    "collector_overhead_frac": "collector time not spent in the emulator (fraction)",
+    "learner_updates_per_s": "learner updates/s by mode",
+}
+
+# Derived figures: (key, numerator, denominator), computed here so they can never disagree with their inputs.
+RATIOS: tuple[tuple[str, str, str], ...] = (
+    ("pipeline_efficiency", "pipeline_sps", "emulator_ceiling_sps"),
+    ("pipeline_env_efficiency", "pipeline_sps", "project_env_sps"),
+)
+
+_PACKAGES = ("torch", "numpy", "nes-py", "gym-super-mario-bros", "gym", "gymnasium", "pyzmq")
+
+
+def machine_facts(argv: list[str] | None = None) -> dict[str, Any]:
+    """Where the figures came from: ratios only compare within one machine and one sitting."""
+    facts: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_bytes": _meminfo("MemTotal"),
+        "memory_available_bytes": _meminfo("MemAvailable"),
+        "gpu": _gpu_name(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in _PACKAGES},
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # other load skews ratios
+        "command": shlex.join([sys.executable, "-m", "learner.bench", *(sys.argv[1:] if argv is None else argv)]),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return facts
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _meminfo(field: str) -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _gpu_name() -> str | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0))
+    except Exception:  # noqa: BLE001 - a broken CUDA install must not stop the bench
+        return None
+    return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def assemble_report(
+    figures: dict[str, Any],
+    errors: dict[str, str],
+    *,
+    sweep: list[dict[str, Any]] | None = None,
+    details: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Merge measured figures into one report; every headline key exists, null ones explained.
+
+    A null figure without a recorded reason gets "not measured in this run" so a reader never
+    has to guess whether a missing number was skipped, failed or forgotten.
+    """
+    errors = dict(errors)
+    report: dict[str, Any] = {}
+    for key in HEADLINE_KEYS:
+        value = figures.get(key)
+        report[key] = value
+        if value is None and key not in errors:
+            errors[key] = "not measured in this run"
+    for key, value in figures.items():
+        report.setdefault(key, value)
+    for key, num, den in RATIOS:
+        if report.get(key) is not None:
+            continue
+        if report.get(den) and report.get(num) is not None:
+            report[key] = report[num] / report[den]
+            errors.pop(key, None)
+        elif errors.get(key) == "not measured in this run":
+            errors[key] = "needs " + " and ".join(k for k in (num, den) if not report.get(k))
+    report["sweep"] = list(sweep or [])
+    report["details"] = dict(details or {})
+    report["settings"] = dict(settings or {})
+    report["machine"] = dict(facts or {})
+    report["errors"] = errors
+    return report
+
+
+def write_report(report: dict[str, Any], out: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write `out` (latest) and a timestamped copy beside it; return both paths.
+
+    The copy keeps history for BENCHMARKS.md without anyone having to remember to archive.
+    """
+    latest = Path(out)
+    latest.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamped = latest.with_name(f"{latest.stem}-{stamp}{latest.suffix or '.json'}")
+    if latest.stem == "latest":
+        stamped = latest.with_name(f"bench-{stamp}{latest.suffix or '.json'}")
+    text = json.dumps(report, indent=2, sort_keys=False, default=_json_default) + "\n"
+    for path in (stamped, latest):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # atomic: a reader never sees half a report
+    return latest, stamped
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy / torch scalars
+        return value.item()
+    return str(value)
+
+
+def format_value(value: Any) -> str:
+    """Human-sized numbers: 3 significant figures, thousands grouped, dicts inline."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "nan"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def format_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """The headline table, then the sweep, then errors; Markdown pastes into BENCHMARKS.md."""
+    errors: dict[str, str] = report.get("errors", {})
+    rows: list[tuple[str, ...]] = []
+    for key in HEADLINE_KEYS:
+        value = report.get(key)
+        if isinstance(value, dict):  # by-mode figures: one row per mode keeps the table narrow
+            rows.append((key, "", DESCRIPTIONS.get(key, "")))
+            rows += [(f"{key}.{mode}", format_value(v), "") for mode, v in value.items()]
+        else:
+            rows.append((key, format_value(value), DESCRIPTIONS.get(key, "") if value is not None else errors.get(key, "")))
+    out = [_table(("figure", "value", "meaning / why missing"), rows, markdown)]
+    sweep = report.get("sweep") or []
+    if sweep:
+        cols = ("collectors", "emulator_ceiling_sps", "pipeline_sps", "pipeline_efficiency")
+        sweep_rows = [tuple(format_value(row.get(c)) for c in cols) for row in sweep]
+        out.append(_table(cols, sweep_rows, markdown))
+    other = {k: v for k, v in errors.items() if k not in HEADLINE_KEYS}
+    if other:
+        out.append(_table(("part", "error"), [(k, v) for k, v in other.items()], markdown))
+    machine = report.get("machine") or {}
+    if machine:
+        out.append(
+            f"machine: {machine.get('cores')} cores, {machine.get('cpu_model') or 'unknown CPU'}, "
+            f"{format_value((machine.get('memory_bytes') or 0) / 2**30)} GiB, GPU {machine.get('gpu') or 'none'}"
+            + (f", load average {machine['load_average'][0]:.1f} at the end" if machine.get("load_average") else "")
+        )
+    return "\n\n".join(out)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool) -> str:
+    cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
+    if markdown:
+        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines = ["| " + " | ".join(esc(c) for c in cells[0]) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in cells[1:]]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([fmt(cells[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in cells[1:]])

@@ -1,0 +1,300 @@
+"""The wire format between collectors and the head (see docs/PROTOCOL.md, byte by byte).
+
+Every message is a ZeroMQ multipart message whose first frame is a fixed 64-byte little-endian
+header; array payloads follow as raw frames (no pickle anywhere: a peer can only make us
+parse numbers, never run code). Decoding validates everything a hostile or buggy peer could
+get wrong and raises `ProtocolError(reason)` with a short, stable reason string that the
+consolidation thread counts and logs once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
+
+MAGIC = b"MAPX"
+VERSION = 1
+
+HELLO = 1
+WELCOME = 2
+TRANSITION_CHUNK = 3
+EPISODE_SUMMARY = 4
+HEARTBEAT = 5
+WEIGHTS = 6
+HEAD_HEARTBEAT = 7
+BYE = 8
+STOP = 9
+MESSAGE_TYPES = {HELLO, WELCOME, TRANSITION_CHUNK, EPISODE_SUMMARY, HEARTBEAT, WEIGHTS, HEAD_HEARTBEAT, BYE, STOP}
+TYPE_NAMES = {
+    HELLO: "HELLO", WELCOME: "WELCOME", TRANSITION_CHUNK: "TRANSITION_CHUNK", EPISODE_SUMMARY: "EPISODE_SUMMARY",
+    HEARTBEAT: "HEARTBEAT", WEIGHTS: "WEIGHTS", HEAD_HEARTBEAT: "HEAD_HEARTBEAT", BYE: "BYE", STOP: "STOP",
+}
+
+# magic, version, type, ndim, collector, seq, count, dtype code, flags(reserved), reserved,
+# shape[4], weight version, stream, first_start, reserved
+HEADER = struct.Struct("<4sHBBIQIBBH4IQIII")
+HEADER_SIZE = HEADER.size  # 64
+# stream, length, return, x_pos, flag_get, world, stage, pad
+EPISODE = struct.Struct("<IIdiBBBx")
+
+DTYPE_CODES: dict[int, np.dtype] = {
+    1: np.dtype(np.uint8), 2: np.dtype(np.int8), 3: np.dtype("<u2"), 4: np.dtype("<i2"),
+    5: np.dtype("<i4"), 6: np.dtype("<f2"), 7: np.dtype("<f4"), 8: np.dtype("<f8"),
+}
+CODE_OF_DTYPE = {dt: code for code, dt in DTYPE_CODES.items()}
+
+MAX_FRAMES = 65_536  # frames per chunk
+MAX_DIM = 4096  # per observation axis
+MAX_NDIM = 4
+MAX_STREAMS = 65_536
+MAX_PAYLOAD_BYTES = 512 * 2**20  # one chunk's frames
+MAX_JSON_BYTES = 1 * 2**20
+KNOWN_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
+ZERO_COPY_MIN_BYTES = 64 * 1024  # pyzmq: copying small frames is cheaper than tracking them
+
+
+class ProtocolError(ValueError):
+    """A message failed validation; `reason` is a short stable token (e.g. 'bad_magic')."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Header:
+    msg_type: int
+    collector: int = 0
+    seq: int = 0
+    count: int = 0
+    dtype_code: int = 0
+    shape: tuple[int, ...] = ()
+    weight_version: int = 0
+    stream: int = 0
+    first_start: int = 0
+
+    def pack(self) -> bytes:
+        dims = tuple(self.shape) + (0,) * (MAX_NDIM - len(self.shape))
+        return HEADER.pack(MAGIC, VERSION, self.msg_type, len(self.shape), self.collector, self.seq, self.count,
+                           self.dtype_code, 0, 0, *dims, self.weight_version, self.stream, self.first_start, 0)
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """What the receiver expects of chunks: one observation's shape/dtype and the action count."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    num_actions: int
+    max_streams: int = MAX_STREAMS
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    stream: int
+    length: int
+    episode_return: float
+    x_pos: int = 0
+    flag_get: bool = False
+    world: int = 0
+    stage: int = 0
+
+
+@dataclass(frozen=True)
+class Message:
+    """A decoded message: the header plus the type's payload (chunk, summary, dict or None)."""
+
+    header: Header
+    payload: Any = None
+
+
+# ---------------------------------------------------------------------------- helpers
+def _buf(part: Any) -> memoryview:
+    buf = getattr(part, "buffer", None)  # zmq.Frame
+    view = buf if buf is not None else memoryview(part)
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def send_parts(sock: Any, parts: Sequence[Any], flags: int = 0) -> None:
+    """Send a multipart message: big frames zero-copy, small ones copied (pyzmq's advice)."""
+    import zmq
+
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        nbytes = part.nbytes if isinstance(part, (np.ndarray, memoryview)) else len(part)
+        more = zmq.SNDMORE if i < last else 0
+        sock.send(part, flags | more, copy=nbytes < ZERO_COPY_MIN_BYTES)
+
+
+def encode_json(msg_type: int, data: dict[str, Any], collector: int = 0, seq: int = 0) -> list[bytes]:
+    """HELLO / WELCOME: header plus one UTF-8 JSON object frame."""
+    return [Header(msg_type, collector=collector, seq=seq).pack(), json.dumps(data, sort_keys=True).encode()]
+
+
+def encode_chunk(chunk: TransitionChunk, collector: int, seq: int, weight_version: int) -> list[Any]:
+    """TRANSITION_CHUNK: header + frames, actions int32, rewards f32, flags u8, priorities f32."""
+    frames = np.ascontiguousarray(chunk.frames)
+    code = CODE_OF_DTYPE.get(frames.dtype.newbyteorder("<") if frames.dtype.byteorder == ">" else frames.dtype)
+    if code is None:
+        raise ProtocolError("bad_dtype", str(frames.dtype))
+    header = Header(TRANSITION_CHUNK, collector, seq, chunk.num_frames, code, tuple(frames.shape[1:]),
+                    weight_version, chunk.stream, chunk.first_start)
+    return [
+        header.pack(),
+        frames,
+        np.ascontiguousarray(chunk.actions, dtype="<i4"),
+        np.ascontiguousarray(chunk.rewards, dtype="<f4"),
+        np.ascontiguousarray(chunk.flags, dtype=np.uint8),
+        np.ascontiguousarray(chunk.priorities, dtype="<f4"),
+    ]
+
+
+def encode_episode(summary: EpisodeSummary, collector: int, seq: int, weight_version: int) -> list[bytes]:
+    body = EPISODE.pack(summary.stream, summary.length, summary.episode_return, summary.x_pos,
+                        int(bool(summary.flag_get)), summary.world, summary.stage)
+    return [Header(EPISODE_SUMMARY, collector, seq, weight_version=weight_version).pack(), body]
+
+
+def encode_simple(msg_type: int, collector: int = 0, seq: int = 0, weight_version: int = 0) -> list[bytes]:
+    """HEARTBEAT / HEAD_HEARTBEAT / BYE / STOP: the header alone."""
+    return [Header(msg_type, collector, seq, weight_version=weight_version).pack()]
+
+
+# ---------------------------------------------------------------------------- decoding
+def decode_header(part: Any) -> Header:
+    buf = _buf(part)
+    if len(buf) != HEADER_SIZE:
+        raise ProtocolError("bad_header_size", f"{len(buf)} bytes")
+    (magic, version, msg_type, ndim, collector, seq, count, code, flags, reserved,
+     d0, d1, d2, d3, weight_version, stream, first_start, reserved2) = HEADER.unpack(buf)
+    if magic != MAGIC:
+        raise ProtocolError("bad_magic")
+    if version != VERSION:
+        raise ProtocolError("bad_version", str(version))
+    if msg_type not in MESSAGE_TYPES:
+        raise ProtocolError("bad_type", str(msg_type))
+    if flags or reserved or reserved2:
+        raise ProtocolError("nonzero_reserved")
+    if ndim > MAX_NDIM:
+        raise ProtocolError("bad_shape", f"ndim {ndim}")
+    dims = (d0, d1, d2, d3)
+    if any(dims[ndim:]):
+        raise ProtocolError("bad_shape", "dims past ndim")
+    return Header(msg_type, collector, seq, count, code, tuple(dims[:ndim]), weight_version, stream, first_start)
+
+
+def _expect_parts(parts: Sequence[Any], n: int) -> None:
+    if len(parts) != n:
+        raise ProtocolError("bad_frame_count", f"{len(parts)} != {n}")
+
+
+def _decode_json(part: Any) -> dict[str, Any]:
+    buf = _buf(part)
+    if len(buf) > MAX_JSON_BYTES:
+        raise ProtocolError("json_too_large")
+    try:
+        data = json.loads(bytes(buf).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("bad_json") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("bad_json", "not an object")
+    return data
+
+
+def _array(part: Any, dtype: np.dtype, count: int, name: str) -> np.ndarray:
+    buf = _buf(part)
+    if len(buf) != count * dtype.itemsize:
+        raise ProtocolError("size_mismatch", f"{name}: {len(buf)} bytes for {count} x {dtype}")
+    return np.frombuffer(buf, dtype=dtype)
+
+
+def decode_chunk(header: Header, parts: Sequence[Any], spec: ObsSpec | None = None) -> TransitionChunk:
+    """Validate sizes, codes, bounds and values; arrays are read-only views on the frames."""
+    _expect_parts(parts, 6)
+    count = header.count
+    if count < 1 or count > MAX_FRAMES:
+        raise ProtocolError("count_limit", str(count))
+    dtype = DTYPE_CODES.get(header.dtype_code)
+    if dtype is None:
+        raise ProtocolError("bad_dtype", str(header.dtype_code))
+    shape = header.shape
+    if not shape or any(d < 1 or d > MAX_DIM for d in shape):
+        raise ProtocolError("bad_shape", str(shape))
+    per_frame = math.prod(shape) * dtype.itemsize
+    if per_frame * count > MAX_PAYLOAD_BYTES:
+        raise ProtocolError("count_limit", "payload too large")
+    if spec is not None:
+        if shape != tuple(spec.obs_shape) or dtype != np.dtype(spec.obs_dtype).newbyteorder("<"):
+            raise ProtocolError("obs_spec_mismatch", f"{shape} {dtype}")
+    max_streams = spec.max_streams if spec is not None else MAX_STREAMS
+    if header.stream >= max_streams:
+        raise ProtocolError("stream_range", str(header.stream))
+    if header.first_start >= count:
+        raise ProtocolError("first_start_range", str(header.first_start))
+    fbuf = _buf(parts[1])
+    if len(fbuf) != per_frame * count:
+        raise ProtocolError("size_mismatch", f"frames: {len(fbuf)} bytes")
+    frames = np.frombuffer(fbuf, dtype=dtype).reshape((count, *shape))
+    actions = _array(parts[2], np.dtype("<i4"), count, "actions")
+    rewards = _array(parts[3], np.dtype("<f4"), count, "rewards")
+    flags = _array(parts[4], np.dtype(np.uint8), count, "flags")
+    priorities = _array(parts[5], np.dtype("<f4"), count, "priorities")
+    if not np.isfinite(rewards).all():
+        raise ProtocolError("nonfinite_reward")
+    if not np.isfinite(priorities).all():
+        raise ProtocolError("nonfinite_priority")
+    if (priorities < 0).any():
+        raise ProtocolError("negative_priority")
+    if (flags & ~np.uint8(KNOWN_FLAGS)).any():
+        raise ProtocolError("bad_flags")
+    hi = spec.num_actions if spec is not None else 2**31 - 1
+    if ((actions < NO_ACTION) | (actions >= hi)).any():
+        raise ProtocolError("action_range")
+    if ((flags & FLAG_END) == FLAG_END).any():
+        raise ProtocolError("bad_flags", "TERMINATED and TRUNCATED")
+    if (((flags & FLAG_END) != 0) & (actions < 0)).any():
+        raise ProtocolError("end_without_action")
+    if ((flags[1:] & FLAG_FIRST) != 0).any() and (actions[:-1][(flags[1:] & FLAG_FIRST) != 0] >= 0).any():
+        raise ProtocolError("episode_crossing", "a step leads into a FIRST frame")
+    return TransitionChunk(header.stream, header.first_start, frames, actions, rewards, flags, priorities)
+
+
+def decode_episode(header: Header, parts: Sequence[Any]) -> EpisodeSummary:
+    _expect_parts(parts, 2)
+    buf = _buf(parts[1])
+    if len(buf) != EPISODE.size:
+        raise ProtocolError("size_mismatch", "episode summary")
+    stream, length, ret, x_pos, flag_get, world, stage = EPISODE.unpack(buf)
+    if not math.isfinite(ret):
+        raise ProtocolError("nonfinite_reward", "episode return")
+    if flag_get > 1:
+        raise ProtocolError("bad_flags", "flag_get")
+    return EpisodeSummary(stream, length, ret, x_pos, bool(flag_get), world, stage)
+
+
+def decode(parts: Sequence[Any], spec: ObsSpec | None = None) -> Message:
+    """Decode any collector<->head message except WEIGHTS (see shared.weights)."""
+    if len(parts) < 1:
+        raise ProtocolError("bad_frame_count", "empty")
+    header = decode_header(parts[0])
+    t = header.msg_type
+    if t == TRANSITION_CHUNK:
+        return Message(header, decode_chunk(header, parts, spec))
+    if t == EPISODE_SUMMARY:
+        return Message(header, decode_episode(header, parts))
+    if t in (HELLO, WELCOME):
+        _expect_parts(parts, 2)
+        return Message(header, _decode_json(parts[1]))
+    if t in (HEARTBEAT, HEAD_HEARTBEAT, BYE, STOP):
+        _expect_parts(parts, 1)
+        return Message(header)
+    raise ProtocolError("unexpected_type", TYPE_NAMES.get(t, str(t)))

@@ -1,0 +1,54 @@
+"""One real collector process on the Mario emulator fills a real replay buffer (slow)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
+from shared.protocol import ObsSpec
+
+pytestmark = pytest.mark.slow
+
+
+def test_mario_collector_fills_buffer_with_real_frames() -> None:
+    pytest.importorskip("gym_super_mario_bros")
+    env_factory = pytest.importorskip("shared.env_factory")
+    from actors.local_head import LocalHead
+    from replay.buffer import ReplayBuffer
+    from tests.test_collector_integration import launch
+
+    cfg = replace(Config(), env=EnvConfig(), collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
+                  replay=ReplayConfig(capacity=4096), learner=LearnerConfig(hidden=64),
+                  transport=TransportConfig(head_timeout_s=10.0))
+    shape, dtype, actions, stack = env_factory.env_spec_of(cfg.env)
+    assert shape == (84, 84) and np.dtype(dtype) == np.uint8
+    buffer = ReplayBuffer(4096, shape, dtype, stack, cfg.replay.n_step, cfg.replay.gamma)
+    with LocalHead(cfg, buffer, ObsSpec(shape, np.dtype(dtype), actions), port=0) as head:
+        proc = launch(head.connect, 1)
+        try:
+            deadline = time.monotonic() + 180
+            while buffer.transitions_added < 200:
+                assert time.monotonic() < deadline, "collector did not fill the buffer"
+                assert proc.poll() is None, "collector exited early"
+                time.sleep(0.2)
+            batch = buffer.sample(32)
+        finally:
+            head.publisher.stop_collectors()
+            try:
+                proc.wait(timeout=20)
+            except Exception:  # noqa: BLE001
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=15)
+        stats = head.consolidation.stats()
+    assert stats.rejected == 0 and stats.transitions >= 200
+    obs = batch.obs.cpu()
+    assert obs.dtype == torch.uint8 and tuple(obs.shape) == (32, stack, 84, 84)
+    per_frame_std = obs.float().std(dim=(2, 3))
+    assert (per_frame_std > 1.0).all(), "a sampled frame is constant: not a real emulator frame"
+    assert batch.next_obs.cpu().float().std() > 1.0

@@ -1,0 +1,126 @@
+"""Collector internals without sockets: chunk cutting, priorities, weights loading."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import shared.fake_env  # noqa: F401
+from actors.collector import Collector
+from actors.stream import StreamRecorder
+from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
+from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
+from shared.fake_env import decode_frame
+from shared.protocol import EpisodeSummary
+from shared.weights import cpu_state, encode_weights
+
+
+@pytest.mark.parametrize("n,stack,chunk_steps", [(3, 4, 8), (1, 1, 5), (5, 4, 3), (3, 2, 40)])
+def test_stream_recorder_sends_every_transition_once_with_td_priorities(n: int, stack: int, chunk_steps: int) -> None:
+    gamma = 0.9
+    env = gym.make("ApeXCounting-v0", disable_env_checker=True, episode_length=11)
+    rec = StreamRecorder(0, stack, n, gamma, chunk_steps, 4)
+    obs, _ = env.reset(seed=3)
+    rec.begin_episode(obs)
+    rng = np.random.default_rng(1)
+    q_of: dict[tuple[int, int], np.ndarray] = {}
+    seen: list[tuple[int, int]] = []
+    chunks: list[TransitionChunk] = []
+    for _ in range(400):
+        row = rng.random(4).astype(np.float32)
+        q_of[decode_frame(rec.frames[-1])[1:]] = row
+        rec.set_q(row)
+        if rec.ready():
+            chunks.append(rec.build_chunk())
+        a = int(rng.integers(4))
+        obs, r, te, tr, _ = env.step(a)
+        idx = rec.record_step(a, r, obs, te, tr)
+        if tr:
+            row = rng.random(4).astype(np.float32)
+            q_of[decode_frame(obs)[1:]] = row
+            rec.set_q(row, idx)
+        if te or tr:
+            obs, _ = env.reset()
+            rec.begin_episode(obs)
+    for ch in chunks:
+        assert ch.actions[-1] == -1
+        t = nstep_targets(ch.actions, ch.rewards, ch.flags, ch.first_start, n, gamma)
+        assert len(t.starts) > 0
+        stacks = stack_indices(t.starts, stack_floors(ch.flags)[t.starts], stack)
+        for j, s in enumerate(t.starts):
+            ep, step = decode_frame(ch.frames[s])[1:]
+            seen.append((ep, step))
+            assert [decode_frame(ch.frames[i])[1:] for i in stacks[j]] == [
+                (ep, max(0, step - k)) for k in range(stack - 1, -1, -1)]
+            boot = decode_frame(ch.frames[t.bootstrap[j]])[1:]
+            q_boot = q_of[boot].max() if t.discounts[j] > 0 else 0.0
+            expected = abs(t.returns[j] + t.discounts[j] * q_boot - q_of[(ep, step)][ch.actions[s]])
+            assert ch.priorities[s] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert len(seen) == len(set(seen))
+    assert seen == [(e, s) for e in range(seen[-1][0] + 1) for s in range(11)][: len(seen)]
+    assert len(seen) > 300
+    assert len(rec.frames) <= chunk_steps + n + stack + 12  # history is trimmed
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.weight_version = 0
+        self.chunks: list[TransitionChunk] = []
+        self.episodes: list[EpisodeSummary] = []
+        self.weights: list[Any] | None = None
+
+    def poll_head(self) -> None:
+        pass
+
+    def take_weights(self):
+        w, self.weights = self.weights, None
+        return w
+
+    def must_exit(self) -> bool:
+        return False
+
+    def send_chunk(self, chunk: TransitionChunk) -> bool:
+        self.chunks.append(chunk)
+        return True
+
+    def send_episode(self, summary: EpisodeSummary) -> bool:
+        self.episodes.append(summary)
+        return True
+
+    def maybe_heartbeat(self) -> None:
+        pass
+
+
+def small_collector(link: FakeLink) -> Collector:
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(envs_per_collector=3, chunk_steps=16), learner=LearnerConfig(hidden=16))
+    return Collector(cfg, collector_id=2, epsilon=0.5, link=link)
+
+
+def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
+    link = FakeLink()
+    col = small_collector(link)
+    assert col.run(max_steps=120) == "max_steps"
+    assert {c.stream for c in link.chunks} == {0, 1, 2}
+    assert len(link.episodes) == 9 and all(e.length == 37 for e in link.episodes)
+    donor = small_collector(FakeLink()).net
+    link.weights = [bytes(memoryview(p).cast("B")) if isinstance(p, np.ndarray) else p
+                    for p in encode_weights(3, cpu_state(donor.state_dict()))]
+    col.step()
+    assert col.weight_version == link.weight_version == 3
+    for name, t in donor.state_dict().items():
+        assert torch.equal(col.net.state_dict()[name], t)
+    older = encode_weights(2, cpu_state(donor.state_dict()))
+    assert not col.load_weights(older)  # not newer: ignored
+    bad = {k: v for k, v in donor.state_dict().items()}
+    bad[next(iter(bad))] = torch.zeros(1)
+    assert not col.load_weights(encode_weights(4, cpu_state(bad)))  # shape mismatch: refused
+    assert col.weight_version == 3
+    t = col.timing
+    assert t.steps == 121 and 0 < t.env_s < t.total_s and t.infer_s > 0
+    col.close()

@@ -1,0 +1,344 @@
+"""Consolidation thread over real sockets: registration, validation, sequence checks, CURVE, fuzz."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shared.fake_env  # noqa: F401
+from actors.client import RegistrationError, register
+from actors.stream import StreamRecorder
+from replay.consolidation import ConsolidationThread, collector_epsilon
+from shared import protocol as P
+from shared.chunk import TransitionChunk
+from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
+from shared.keys import CurveClient, generate, load_client
+
+SPEC = P.ObsSpec((84, 84), np.dtype(np.uint8), 4, max_streams=4)
+
+try:
+    from replay.buffer import ReplayBuffer
+except ImportError:  # pragma: no cover - the buffer is written in parallel
+    ReplayBuffer = None
+
+
+class RecordingSink:
+    """Stands in for the replay: records chunks, or refuses them like add_chunk's ValueError."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.chunks: list[TransitionChunk] = []
+        self.refuse = refuse
+
+    def add_chunk(self, chunk: TransitionChunk) -> int:
+        if self.refuse:
+            raise ValueError("inconsistent chunk")
+        self.chunks.append(chunk)
+        return 1
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def check_valid(self) -> None:
+        pass
+
+
+def small_config(**transport) -> Config:
+    cfg = Config()
+    return replace(cfg, collectors=CollectorConfig(count=2, envs_per_collector=2, chunk_steps=8),
+                   replay=ReplayConfig(capacity=4096), transport=TransportConfig(**transport))
+
+
+def make_replay():
+    if ReplayBuffer is None:
+        return RecordingSink()
+    return ReplayBuffer(4096, (84, 84), np.uint8, 4, 3, 0.99)
+
+
+def counting_chunks(count: int, stream: int = 0) -> list[TransitionChunk]:
+    """Real chunks cut by the collector's StreamRecorder from the counting env."""
+    env = gym.make("ApeXCounting-v0", disable_env_checker=True)
+    rec = StreamRecorder(stream, 4, 3, 0.99, 8, 4)
+    obs, _ = env.reset(seed=stream)
+    rec.begin_episode(obs)
+    rng = np.random.default_rng(0)
+    out = []
+    while len(out) < count:
+        rec.set_q(rng.random(4).astype(np.float32))
+        if rec.ready():
+            out.append(rec.build_chunk())
+        a = int(rng.integers(4))
+        obs, r, te, tr, _ = env.step(a)
+        rec.record_step(a, r, obs, te, tr)
+        if te or tr:
+            obs, _ = env.reset()
+            rec.begin_episode(obs)
+    return out
+
+
+class Head:
+    """A running consolidation thread plus a registered raw PUSH socket to poke it with."""
+
+    def __init__(self, replay, config: Config | None = None, version: Callable[[], int] = lambda: 5,
+                 curve=None) -> None:
+        self.ctx = zmq.Context()
+        self.config = config or small_config()
+        self.thread = ConsolidationThread(self.config, replay, SPEC, {"local": "inproc://w", "remote": "inproc://w"},
+                                          version, context=self.ctx, control_endpoint="tcp://127.0.0.1:0")
+        self.thread.start()
+        self.replay = replay
+        self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
+        self.cid = self.welcome.collector_id
+        self.push = self.ctx.socket(zmq.PUSH)
+        self.push.linger = 0
+        if curve is not None:
+            curve.apply(self.push)
+        self.push.connect(self.welcome.data_endpoint)
+        self.seq = 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def send(self, parts) -> None:
+        P.send_parts(self.push, parts)
+
+    def wait_handled(self, before: int, n: int = 1, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.handled() < before + n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"head handled {self.handled() - before} of {n} messages")
+            time.sleep(0.002)
+
+    def handled(self) -> int:
+        s = self.thread.stats()
+        return s.chunks + s.rejected + s.heartbeats + s.episodes
+
+    def close(self) -> None:
+        self.push.close(0)
+        self.thread.stop()
+        self.ctx.term()
+
+
+@pytest.fixture
+def head():
+    h = Head(make_replay())
+    yield h
+    h.close()
+
+
+def test_epsilon_schedule() -> None:
+    assert collector_epsilon(0, 1, 0.4, 7.0) == 0.4
+    assert collector_epsilon(0, 8, 0.4, 7.0) == pytest.approx(0.4)
+    assert collector_epsilon(7, 8, 0.4, 7.0) == pytest.approx(0.4 ** 8)
+    assert collector_epsilon(3, 8, 0.4, 7.0) == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
+
+
+def test_registration_assigns_ids_endpoints_and_epsilon(head: Head) -> None:
+    second = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
+    assert head.cid == 1 and second.collector_id == 2
+    assert head.welcome.data_endpoint != second.data_endpoint
+    assert head.welcome.data_endpoint.startswith("ipc://")  # same host, local_transport=ipc
+    assert second.epsilon == pytest.approx(0.4 ** 8) and head.welcome.epsilon == pytest.approx(0.4)
+    assert head.welcome.config == head.config
+
+
+def test_valid_messages_are_counted_and_written(head: Head) -> None:
+    before = head.handled()
+    chunks = counting_chunks(3)
+    for chunk in chunks:
+        head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+    head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    head.send(P.encode_episode(P.EpisodeSummary(0, 37, 12.0, 100, False, 1, 1), head.cid, head.next_seq(), 5))
+    head.wait_handled(before, 5)
+    s = head.thread.stats()
+    assert (s.chunks, s.heartbeats, s.episodes, s.rejected, s.gaps) == (3, 1, 1, 0, 0)
+    assert s.transitions == (24 if ReplayBuffer is not None else 3)
+    assert s.collectors[head.cid]["weight_version"] == 5 and s.recent_episodes[0].x_pos == 100
+    line = head.thread.processor_line()
+    assert line.startswith("[PROCESSOR] Processed: ") and "Batches: 3, Drops: 0, Buffer: " in line
+    assert "Consolidated Queue: " in line
+
+
+def test_sequence_duplicates_rejected_gaps_counted(head: Head) -> None:
+    chunks = counting_chunks(4)
+    before = head.handled()
+    for chunk, seq in zip(chunks, (1, 1, 3, 2), strict=True):
+        head.send(P.encode_chunk(chunk, head.cid, seq, 0))
+    head.wait_handled(before, 4)
+    s = head.thread.stats()
+    assert s.chunks == 2 and s.rejected_by_reason == {"stale_seq": 2} and s.gaps == 1
+
+
+def test_future_weights_wrong_collector_and_replay_refusal() -> None:
+    h = Head(RecordingSink(refuse=True))
+    try:
+        chunk = counting_chunks(1)[0]
+        before = h.handled()
+        h.send(P.encode_chunk(chunk, h.cid, 1, 6))  # the head published only up to 5
+        h.send(P.encode_chunk(chunk, h.cid + 7, 2, 0))
+        h.send(P.encode_chunk(chunk, h.cid, 3, 0))  # the sink raises ValueError
+        h.wait_handled(before, 3)
+        s = h.thread.stats()
+        assert s.rejected_by_reason == {"future_weights": 1, "collector_mismatch": 1, "replay_rejected": 1}
+        assert s.chunks == 0 and h.thread.is_alive()
+    finally:
+        h.close()
+
+
+def test_bad_control_messages_do_not_register(head: Head) -> None:
+    dealer = head.ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(head.thread.control_endpoint)
+    dealer.send_multipart([b"garbage"])
+    dealer.send_multipart(P.encode_simple(P.HEARTBEAT))
+    deadline = time.monotonic() + 5
+    while head.thread.stats().rejected < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = head.thread.stats()
+    assert s.rejected_by_reason == {"bad_header_size": 1, "unexpected_type": 1} and s.registrations == 1
+    dealer.close(0)
+
+
+# ------------------------------------------------------------------ fuzz over a real socket
+KINDS = ["random", "truncated", "magic", "version", "type", "shape", "huge_count", "nan_reward", "inf_reward",
+         "nan_priority", "flags", "action", "first_start", "duplicate_seq", "missing_frame", "dtype"]
+
+
+def bad_message(kind: str, data: st.DataObject, head: Head, chunk: TransitionChunk) -> list[bytes]:
+    good = [bytes(memoryview(p).cast("B")) if isinstance(p, np.ndarray) else bytes(p)
+            for p in P.encode_chunk(chunk, head.cid, head.seq + 1, 0)]
+    hdr = bytearray(good[0])
+
+    def header_with(offset: int, fmt: str, value) -> list[bytes]:
+        import struct
+
+        struct.pack_into(fmt, hdr, offset, value)
+        return [bytes(hdr), *good[1:]]
+
+    def array(index: int, values: np.ndarray) -> list[bytes]:
+        return [*good[:index], values.tobytes(), *good[index + 1:]]
+
+    f = chunk.num_frames
+    if kind == "random":
+        return data.draw(st.lists(st.binary(max_size=128), min_size=1, max_size=7))
+    if kind == "truncated":
+        i = data.draw(st.integers(0, 5))
+        cut = data.draw(st.integers(0, max(0, len(good[i]) - 1)))
+        return [*good[:i], good[i][:cut], *good[i + 1:]]
+    if kind == "magic":
+        return header_with(0, "4s", data.draw(st.binary(min_size=4, max_size=4).filter(lambda b: b != P.MAGIC)))
+    if kind == "version":
+        return header_with(4, "<H", data.draw(st.integers(0, 65535).filter(lambda v: v != P.VERSION)))
+    if kind == "type":
+        return header_with(6, "<B", data.draw(st.integers(0, 255).filter(lambda v: v not in P.MESSAGE_TYPES or v in (
+            P.HELLO, P.WELCOME, P.WEIGHTS, P.HEAD_HEARTBEAT, P.STOP))))
+    if kind == "shape":
+        return header_with(28, "<I", data.draw(st.integers(0, 2**32 - 1).filter(lambda v: v != 84)))
+    if kind == "huge_count":
+        return header_with(20, "<I", data.draw(st.integers(P.MAX_FRAMES + 1, 2**32 - 1)))
+    if kind == "dtype":
+        return header_with(24, "<B", data.draw(st.integers(2, 255)))
+    if kind in ("nan_reward", "inf_reward"):
+        r = chunk.rewards.copy()
+        r[data.draw(st.integers(0, f - 1))] = np.nan if kind == "nan_reward" else -np.inf
+        return array(3, r)
+    if kind == "nan_priority":
+        p = chunk.priorities.copy()
+        p[data.draw(st.integers(0, f - 1))] = np.nan
+        return array(5, p)
+    if kind == "flags":
+        fl = chunk.flags.copy()
+        fl[data.draw(st.integers(0, f - 1))] |= data.draw(st.sampled_from([8, 16, 128]))
+        return array(4, fl)
+    if kind == "action":
+        a = chunk.actions.copy()
+        a[data.draw(st.integers(0, f - 1))] = data.draw(st.sampled_from([4, 99, -2, -(2**31)]))
+        return array(2, a)
+    if kind == "first_start":
+        return header_with(56, "<I", data.draw(st.integers(f, 2**32 - 1)))
+    if kind == "duplicate_seq":
+        return header_with(12, "<Q", data.draw(st.integers(0, head.seq)))
+    if kind == "missing_frame":
+        return good[: data.draw(st.integers(1, 5))]
+    raise AssertionError(kind)
+
+
+@pytest.fixture(scope="module")
+def fuzz_head():
+    replay = make_replay()
+    h = Head(replay)
+    chunk = counting_chunks(1)[0]
+    before = h.handled()
+    h.send(P.encode_chunk(chunk, h.cid, h.next_seq(), 0))  # one good chunk so the buffer is non-empty
+    h.wait_handled(before)
+    yield h, chunk
+    h.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_every_bad_message_is_rejected(fuzz_head, data: st.DataObject) -> None:
+    head, chunk = fuzz_head
+    kind = data.draw(st.sampled_from(KINDS))
+    parts = bad_message(kind, data, head, chunk)
+    before = head.thread.stats()
+    head.push.send_multipart(parts)
+    deadline = time.monotonic() + 10
+    while head.thread.stats().rejected == before.rejected:
+        assert time.monotonic() < deadline, f"{kind} message was not rejected"
+        time.sleep(0.001)
+    after = head.thread.stats()
+    assert after.rejected == before.rejected + 1 and after.chunks == before.chunks, kind
+    assert head.thread.is_alive() and head.thread.errors == 0
+
+
+def test_fuzz_left_the_buffer_valid(fuzz_head) -> None:
+    head, _ = fuzz_head
+    head.replay.check_valid()
+    s = head.thread.stats()
+    assert s.chunks == 1 and head.thread.is_alive() and head.thread.errors == 0
+
+
+# ------------------------------------------------------------------ CURVE
+def test_curve_admits_authorized_clients_only(tmp_path, caplog) -> None:
+    keys = generate(tmp_path / "keys")
+    other = load_client(generate(tmp_path / "stranger"))
+    stranger = CurveClient(other.public, other.secret, load_client(keys).server_public)  # knows the server, not authorized
+    cfg = small_config(curve_keys_dir=str(keys))
+    sink = RecordingSink()
+    caplog.set_level(logging.WARNING, logger="shared.keys")
+    h = Head(sink, config=cfg, curve=load_client(keys))
+    try:
+        h.send(P.encode_chunk(counting_chunks(1)[0], h.cid, 1, 0))
+        deadline = time.monotonic() + 10
+        while h.thread.stats().chunks < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(RegistrationError):
+            register(h.ctx, h.thread.control_endpoint, curve=stranger, timeout_s=1.5, retry_s=0.5)
+        assert any("ZAP DENIED" in r.getMessage() for r in caplog.records)
+        assert h.thread.stats().registrations == 1
+    finally:
+        h.close()
+
+
+def test_silent_collectors_and_forget(head: Head) -> None:
+    time.sleep(0.3)
+    assert head.thread.silent_collectors(0.2) == [head.cid]
+    assert time.monotonic() - head.thread.last_seen_by_slot(0) >= 0.3 and head.thread.last_seen_by_slot(5) is None
+    head.thread.forget(head.cid)
+    deadline = time.monotonic() + 5
+    while not head.thread.stats().collectors[head.cid]["closed"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert head.thread.silent_collectors(0.2) == [] and head.thread.is_alive()
+    assert head.thread.last_seen_by_slot(0) is None
