@@ -139,8 +139,9 @@ class Head:
                 break
             if self.train:
                 self.learner.maybe_train()  # sleeps briefly by itself when warming up or throttled
-            else:
-                stop_event.wait(0.01)  # drain-only (benchmarks): the consolidation thread does the work
+            else:  # drain-only (benchmarks): the consolidation thread writes; this thread is the only reader
+                self.replay.sync()
+                stop_event.wait(0.01)
             now = time.monotonic()
             if now >= next_log:
                 self._log_progress()
@@ -187,8 +188,8 @@ class Head:
         }
 
     def replay_size(self, learner_stats: dict[str, Any]) -> int:
-        """Sampleable transitions, read without touching the replay's reader side from this thread."""
-        return int(learner_stats.get("replay_size", 0)) if self.train else len(self.replay)
+        """Sampleable transitions."""
+        return len(self.replay)  # any thread: the writer's count of sampleable transitions
 
     def _log_progress(self) -> None:
         stats = self.consolidation.stats()

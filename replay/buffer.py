@@ -87,6 +87,11 @@ class ReplayBuffer:
         """READER thread. priority = (|td| + eps) ** alpha; rows overwritten since sampling are ignored."""
         self._reader.update_priorities(indices, td_abs)
 
+    def sync(self) -> None:
+        """READER thread. Apply published segments to the sum-tree without sampling; a head that
+        does not sample (drain-only benchmarks) calls it so the publication queue stays short."""
+        self._reader.drain()
+
     def __len__(self) -> int:
         """Any thread. Transitions published and sampleable now (the writer's count; never drains)."""
         return self._writer.live_transitions

@@ -45,6 +45,9 @@ from shared.batch import SampleBatch
 from shared.chunk import stack_indices
 
 
+MAX_REDRAW_ROUNDS = 10_000  # consecutive stale redraws before sample() gives up
+
+
 class SegmentReader:
     """Call every method from exactly one thread (the learner's sampling thread)."""
 
@@ -66,8 +69,10 @@ class SegmentReader:
 
     # ------------------------------------------------------------------ records
     def drain(self) -> None:
+        """Apply the segments published so far. Bounded by the count at entry: a writer that
+        publishes faster than the reader applies must not keep the reader here forever."""
         records = self.writer.records
-        while records:
+        for _ in range(len(records)):
             self.apply(records.popleft())
 
     def apply(self, rec: SegmentRecord) -> None:
@@ -109,7 +114,9 @@ class SegmentReader:
         row_abs = self.seg_abs[slots]
         probs = tree.leaves(slots) / tree.total
         stale = self._stale(row_abs)
+        rounds = 0
         while stale.any():
+            rounds = self._count_round(rounds)
             time.sleep(0)  # the writer is copying over these rows; let it finish and publish
             self.drain()
             if self.count == 0:
@@ -120,6 +127,16 @@ class SegmentReader:
             probs[redo] = tree.leaves(slots[redo]) / tree.total
             stale = self._stale(row_abs)
         return slots, row_abs, probs
+
+    def _count_round(self, rounds: int) -> int:
+        """Bound the redraw loop: if the writer laps the whole ring during every redraw, no row can
+        ever be fresh, so fail loudly instead of spinning (the ring is far too small for the rate)."""
+        if rounds >= MAX_REDRAW_ROUNDS:
+            raise RuntimeError(
+                f"replay capacity {self.storage.capacity} is overwritten by the writer faster than one batch "
+                f"can be gathered ({MAX_REDRAW_ROUNDS} redraws in a row were stale); increase replay.capacity"
+            )
+        return rounds + 1
 
     def _out(self, rows: int) -> torch.Tensor | None:
         st = self.storage
@@ -155,12 +172,14 @@ class SegmentReader:
         frames = self._out(2 * b * s)
         frames = st.gather(torch.from_numpy(self._frame_slots(slots).reshape(-1)).to(st.device), frames)
         actions, returns, discounts = st.action[slots], st.ret[slots], st.disc[slots]
+        rounds = 0
         while True:
             if cuda:
                 torch.cuda.current_stream(st.device).synchronize()
             stale_rows = np.flatnonzero(self._stale(row_abs))  # re-reads claimed_end after the gather
             if stale_rows.size == 0:
                 break
+            rounds = self._count_round(rounds)
             self.stale_rows_resampled += int(stale_rows.size)
             self.drain()
             new_slots, new_abs, new_probs = self._draw(stale_rows.size)
