@@ -94,6 +94,8 @@ class Head:
             latest_weight_version=lambda: self.publisher.version, context=self.ctx,
             num_collectors=max(1, cfg.collectors.count), control_endpoint=f"tcp://{t.bind}:{t.port}",
         )
+        if self.train and cfg.learner.max_insert_lead > 0:
+            self.consolidation.admit = self.learner.inserts_allowed
         self.consolidation.start()
         self.supervisor = CollectorSupervisor(
             cfg.collectors.count, self._collector_argv, self._last_seen, t.stall_timeout_s,
@@ -113,8 +115,10 @@ class Head:
 
     def _last_seen(self, pid: int) -> float | None:
         """Monotonic time of the newest message from the local collector process `pid`."""
-        stats = self.consolidation.stats()
         now = time.monotonic()
+        if self.consolidation.admit is not None and not self.consolidation.admit():
+            return now  # held back by the replay-ratio gate, not stalled
+        stats = self.consolidation.stats()
         ages = [c["last_seen_s"] for c in stats.collectors.values()
                 if c["pid"] == pid and c["host"] == self.consolidation.hostname and not c["closed"]]
         return now - min(ages) if ages else None

@@ -78,6 +78,25 @@ class RandomReplay:
             raise ValueError("indices and td_abs differ in length")
 
 
+def real_replay(device: torch.device, capacity: int = 100_000, seed: int = 0):
+    """The project's prioritized ReplayBuffer filled with random 84x84 chunks: PER sampling,
+    stack rebuilding and (on CUDA) frames stored on the GPU, as in a real run."""
+    from replay.buffer import ReplayBuffer
+    from shared.chunk import FLAG_FIRST, TransitionChunk
+
+    buf = ReplayBuffer(capacity, OBS_SHAPE, np.uint8, STACK, 3, 0.99, device=device, seed=seed)
+    rng = np.random.default_rng(seed)
+    frames_per_chunk = 134
+    flags = np.zeros(frames_per_chunk, np.uint8)
+    flags[0] = FLAG_FIRST
+    actions = np.r_[rng.integers(0, NUM_ACTIONS, frames_per_chunk - 1), -1].astype(np.int32)
+    frames = rng.integers(0, 256, size=(frames_per_chunk, *OBS_SHAPE), dtype=np.uint8)
+    for k in range(capacity // frames_per_chunk - 1):
+        buf.add_chunk(TransitionChunk(k % 64, 0, frames, actions, rng.normal(size=frames_per_chunk).astype(np.float32),
+                                      flags, rng.uniform(0.1, 2.0, frames_per_chunk).astype(np.float32)))
+    return buf
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -136,7 +155,7 @@ def run_learner_bench(quick: bool = True, device: str | torch.device | None = No
     amp_precision = "auto" if cuda else "bf16"
     native_bf16 = cuda or cpu_has_native_bf16()
     default_precision = resolve_precision("auto", dev).name
-    plan: list[tuple[str, LearnerConfig, bool | None, bool]] = []  # (mode, cfg, channels_last, gpu storage)
+    plan: list[tuple[str, LearnerConfig, bool | None, bool | str]] = []  # (mode, cfg, channels_last, storage)
     for b in (32, 128, 512):
         plan.append((f"fp32_b{b}", replace(base, batch_size=b), None, False))
     for b in (128, 512) if not quick else (128,):
@@ -154,14 +173,21 @@ def run_learner_bench(quick: bool = True, device: str | torch.device | None = No
     if cuda:
         for b in (128, 512):
             plan.append((f"{amp_name}_b{b}_gpustore", replace(base, batch_size=b, precision="auto"), None, True))
+        # the real prioritized replay with frames on the GPU: what a training run actually does
+        plan.append(("fp32_b512_per_gpu", replace(base, batch_size=512), None, "per"))
+        plan.append(("amp_b512_per_gpu", replace(base, batch_size=512, precision="auto"), None, "per"))
+        plan.append(("amp_compiled_b512_per_gpu",
+                     replace(base, batch_size=512, precision="auto", compile_mode="default"), None, "per"))
 
     cpu_replay = RandomReplay("cpu")
     gpu_replay = RandomReplay(dev) if cuda else None
+    per_replay = real_replay(dev) if cuda else None
     results: dict[str, Any] = {}
     for mode, lcfg, cl, gpustore in plan:
         big = lcfg.batch_size * lcfg.grad_accum_steps >= 512
         cfg = Config(learner=lcfg)
-        results[mode] = _measure(cfg, dev, gpu_replay if gpustore else cpu_replay, budget,
+        source = per_replay if gpustore == "per" else gpu_replay if gpustore else cpu_replay
+        results[mode] = _measure(cfg, dev, source, budget,
                                  min_updates=1 if (big and not cuda) else 3, warmup=1 if not cuda else 3,
                                  channels_last=cl)
     forward = {"fp32": _forward_ms(dev, "fp32")}

@@ -95,6 +95,17 @@ class RatioController:
         behind = inserts > 0 and drawn + self.slack < self.lag_fraction * self.target * inserts
         return self._set(RatioDecision(True, TRAINING, ratio, behind))
 
+    def inserts_allowed(self, transitions_added: int, samples: int, max_lead: int) -> bool:
+        """Insert-side limit (any thread): False once inserts lead the target ratio by more than
+        `max_lead` transitions, so collectors wait for a slow learner instead of outrunning it.
+        Always True before learning starts, with no target, or with max_lead == 0 (Ape-X: never wait)."""
+        origin = self._origin
+        if max_lead <= 0 or origin is None or self.target == 0.0:
+            return True
+        inserts = int(transitions_added) - origin[0]
+        drawn = int(samples) - origin[1]
+        return inserts * self.target <= drawn + self.slack + max_lead * self.target
+
     def _set(self, decision: RatioDecision) -> RatioDecision:
         now = self._clock()
         if decision.state == THROTTLED and self._throttled_since is None:

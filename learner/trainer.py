@@ -242,6 +242,10 @@ class Learner:
         return done
 
     # ------------------------------------------------------------------ plumbing
+    def inserts_allowed(self) -> bool:
+        """Any thread: may the consolidation thread accept more transitions now (learner.max_insert_lead)."""
+        return self.ratio.inserts_allowed(int(self.replay.transitions_added), self.samples, self.lc.max_insert_lead)
+
     def beta(self) -> float:
         """PER importance exponent, annealed linearly from beta_start to 1 over beta_steps updates."""
         r = self.cfg.replay

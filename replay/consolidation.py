@@ -125,6 +125,10 @@ class ConsolidationThread(threading.Thread):
         self.hostname = pysocket.gethostname()
         self.control = self._socket(zmq.ROUTER)
         self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
+        self._control_poller = zmq.Poller()
+        self._control_poller.register(self.control, zmq.POLLIN)
+        self.admit: Callable[[], bool] | None = None  # insert-side rate limit, set by the head
+        self.gated_rounds = 0
         self.collectors: dict[int, CollectorState] = {}
         self._welcomes: dict[str, list[bytes]] = {}  # HELLO nonce -> WELCOME, for retried HELLOs
         self._next_id = 1
@@ -182,15 +186,18 @@ class ConsolidationThread(threading.Thread):
                 state.closed = True
                 poller.unregister(state.sock)
                 state.sock.close(linger=0)
+        admit = self.admit
+        if admit is not None and not admit():
+            # the learner is behind the replay ratio (learner.max_insert_lead): leave data queued so
+            # each collector's high-water mark blocks it; keep answering registrations meanwhile
+            self.gated_rounds += 1
+            if self.control in dict(self._control_poller.poll(10)):
+                self._drain_control(poller)
+            return
         events = dict(poller.poll(100))
         read = 0
         if self.control in events:
-            for _ in range(DRAIN_PER_SOCKET):
-                try:
-                    parts = self.control.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._on_control(parts, poller)
+            self._drain_control(poller)
         for state in list(self.collectors.values()):
             if state.closed or state.sock not in events:
                 continue
@@ -206,6 +213,14 @@ class ConsolidationThread(threading.Thread):
                     state.sock.close(linger=0)
                     break
         self.queue = read
+
+    def _drain_control(self, poller: zmq.Poller) -> None:
+        for _ in range(DRAIN_PER_SOCKET):
+            try:
+                parts = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._on_control(parts, poller)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the thread to finish its round, close its sockets (linger 0) and join it."""

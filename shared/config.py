@@ -84,6 +84,7 @@ class LearnerConfig:
     compile_mode: str = "off"  # torch.compile mode; off avoids compile time on small machines
     warmup_transitions: int = 5_000  # replay size before learning starts
     samples_per_insert: float = 4.0  # replay ratio target: sampled transitions per inserted one (0 = unlimited)
+    max_insert_lead: int = 0  # collectors may run this many transitions ahead of the ratio, then wait (0 = never wait, Ape-X)
     weight_broadcast_every: int = 100  # publish weights to collectors every M updates
     checkpoint_every_s: float = 600.0  # periodic checkpoint interval in seconds
     save_replay: bool = False  # include the replay buffer in checkpoints (large)
@@ -290,6 +291,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     if lrn.warmup_transitions > r.capacity:
         _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
     _float_range("learner.samples_per_insert", lrn.samples_per_insert, 0.0, 1e6)
+    _int_range("learner.max_insert_lead", lrn.max_insert_lead, 0)
     _int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
     _float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
     _int_range("learner.torch_threads", lrn.torch_threads, 1, 256)

@@ -54,3 +54,17 @@ def test_rejects_bad_arguments() -> None:
         RatioController(-1.0, 0, 1)
     with pytest.raises(ValueError, match="batch_per_update"):
         RatioController(1.0, 0, 0)
+
+
+def test_insert_side_limit_holds_collectors_back_only_when_asked():
+    from learner.ratio import RatioController
+
+    rc = RatioController(samples_per_insert=4.0, warmup_transitions=100, batch_per_update=32)
+    assert rc.inserts_allowed(50, 0, max_lead=10)  # before learning starts: never gated
+    rc.decide(transitions_added=100, samples=0)  # warmup passes: origin (100, 0)
+    slack = 2 * 32
+    # inserts may lead the ratio by max_lead transitions (plus the learner's slack), not more
+    assert rc.inserts_allowed(100 + 10 + slack // 4, 0, max_lead=10)
+    assert not rc.inserts_allowed(100 + 11 + slack // 4, 0, max_lead=10)
+    assert rc.inserts_allowed(100 + 11 + slack // 4, 4, max_lead=10)  # the learner caught up by one transition
+    assert rc.inserts_allowed(10**9, 0, max_lead=0)  # 0 = Ape-X: collectors never wait
