@@ -51,6 +51,18 @@ class ReplaySink(Protocol):
     def __len__(self) -> int: ...
 
 
+def _peer_address(frame: zmq.Frame) -> str:
+    """The TCP peer of a received message ("" when the transport has none, e.g. inproc)."""
+    try:
+        return frame.get("Peer-Address") or ""
+    except zmq.ZMQError:
+        return ""
+
+
+def _is_loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("::1", "localhost")
+
+
 def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
     """Ape-X: eps_i = base ** (1 + alpha * i / (N - 1)); a single collector gets `base`."""
     if total <= 1:
@@ -217,10 +229,10 @@ class ConsolidationThread(threading.Thread):
     def _drain_control(self, poller: zmq.Poller) -> None:
         for _ in range(DRAIN_PER_SOCKET):
             try:
-                parts = self.control.recv_multipart(zmq.NOBLOCK)
+                frames = self.control.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            self._on_control(parts, poller)
+            self._on_control([f.bytes for f in frames], poller, _peer_address(frames[-1]))
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the thread to finish its round, close its sockets (linger 0) and join it."""
@@ -240,7 +252,7 @@ class ConsolidationThread(threading.Thread):
             self.auth = None
 
     # ------------------------------------------------------------------ control
-    def _on_control(self, parts: list[bytes], poller: zmq.Poller) -> None:
+    def _on_control(self, parts: list[bytes], poller: zmq.Poller, peer: str = "") -> None:
         if len(parts) < 2:
             self._reject("bad_frame_count")
             return
@@ -260,16 +272,18 @@ class ConsolidationThread(threading.Thread):
         if sum(not c.closed for c in self.collectors.values()) >= MAX_OPEN_COLLECTORS:
             self._reject("too_many_collectors")
             return
-        reply = self._register(hello, poller)
+        reply = self._register(hello, poller, peer)
         if nonce:
             self._welcomes[nonce] = reply
         self.control.send_multipart([identity, *reply])
 
-    def _register(self, hello: dict[str, Any], poller: zmq.Poller) -> list[bytes]:
+    def _register(self, hello: dict[str, Any], poller: zmq.Poller, peer: str = "") -> list[bytes]:
         cid = self._next_id
         self._next_id += 1
         host = str(hello.get("host", ""))
-        local = host == self.hostname and self.config.transport.local_transport == "ipc"
+        # Local means "connected over loopback", not "same hostname": a collector in another network
+        # namespace or container shares the hostname but cannot be assumed to share /tmp.
+        local = _is_loopback(peer) and host == self.hostname and self.config.transport.local_transport == "ipc"
         sock = self._socket(zmq.PULL)
         sock.rcvhwm = self.config.transport.recv_hwm
         if local:

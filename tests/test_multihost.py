@@ -98,6 +98,7 @@ def test_remote_collector_joins_with_curve_and_wrong_key_is_refused(netns, tmp_p
         head_log = (run_dir / "head.log").read_text()
         assert "ZAP DENIED" in head_log
         assert head_log.count("registered (host=") == 1  # only the authorized collector got a socket
+        assert f"-> tcp://{head_ip}:" in head_log  # its data crossed the veth over TCP, not a local ipc path
         assert read_metrics(run_dir)[-1]["env_steps"] >= steps_before_rogue
         assert stop_head(head) == 0
     finally:
