@@ -43,6 +43,22 @@ def _median_ms(times: list[float]) -> float:
     return float(np.median(times) * 1e3)
 
 
+def _insert_copy_floor_tps(chunks: list[TransitionChunk], capacity: int, n_insert: int, transitions: int) -> float:
+    """The memory-bandwidth floor for inserts: the same frames copied into successive slots of a
+    plain ring, nothing else (same bytes, same fresh destinations as the buffer's writes)."""
+    ring = np.zeros((capacity, *OBS), dtype=np.uint8)
+    ring[:] = 1  # touch every page first, as the buffer's storage is
+    pos = 0
+    t0 = time.perf_counter()
+    for k in range(n_insert):
+        frames = chunks[1 + k % (len(chunks) - 1)].frames
+        if pos + len(frames) > capacity:
+            pos = 0
+        np.copyto(ring[pos:pos + len(frames)], frames)
+        pos += len(frames)
+    return transitions / (time.perf_counter() - t0)
+
+
 def run_replay_bench(quick: bool) -> dict:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -62,6 +78,7 @@ def run_replay_bench(quick: bool) -> dict:
         added += buf.add_chunk(chunks[1 + k % (len(chunks) - 1)])
     insert_tps = added / (time.perf_counter() - t0)
     held = len(buf)
+    insert_floor_tps = _insert_copy_floor_tps(chunks, capacity, n_insert, added)
     b = buf.sample(512)
     buf.update_priorities(b.indices, rng.random(512) * 3)  # a non-uniform tree
 
@@ -103,6 +120,7 @@ def run_replay_bench(quick: bool) -> dict:
 
     return {
         "replay_insert_tps": round(insert_tps),
+        "insert_copy_floor_tps": round(insert_floor_tps),
         "replay_sample32_ms": round(_median_ms(t32), 3),
         "replay_sample512_ms": round(_median_ms(t512), 3),
         "naive_replay_sample512_ms": round(_median_ms(tnaive), 3),

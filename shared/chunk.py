@@ -103,6 +103,9 @@ def nstep_targets(
     for the collector's next chunk. Vectorized over transitions; loops only over k < n.
     """
     num = len(actions)
+    fast = _nstep_no_episode_end(actions, rewards, flags, first_start, n, gamma)
+    if fast is not None:
+        return fast
     idx = np.arange(num, dtype=np.int64)
     candidates = idx[(idx >= first_start) & (actions >= 0)]
     m = len(candidates)
@@ -141,4 +144,31 @@ def nstep_targets(
         returns=returns[keep].astype(np.float32),
         discounts=discount[keep].astype(np.float32),
         steps=steps[keep],
+    )
+
+
+def _nstep_no_episode_end(
+    actions: np.ndarray, rewards: np.ndarray, flags: np.ndarray, first_start: int, n: int, gamma: float
+) -> NStepTargets | None:
+    """The common chunk (no episode end, every step acted) in a few slices: starts are
+    first_start .. F-1-n, all windows full. Same float64 operations in the same order as the
+    general path, so results are bit-identical; None when the chunk needs the general path."""
+    num = len(actions)
+    stop = num - n  # exclusive end of complete starts
+    if stop <= first_start or (flags[first_start:] & FLAG_END).any() or (actions[first_start:num - 1] < 0).any():
+        return None
+    returns = np.zeros(stop - first_start, dtype=np.float64)
+    rewards64 = rewards.astype(np.float64)  # a float scalar times float32 would stay float32
+    discount = 1.0
+    for k in range(n):
+        returns = returns + discount * rewards64[first_start + k: stop + k]
+        discount = discount * gamma
+    starts = np.arange(first_start, stop, dtype=np.int64)
+    count = stop - first_start
+    return NStepTargets(
+        starts=starts,
+        bootstrap=starts + n,
+        returns=returns.astype(np.float32),
+        discounts=np.full(count, discount, dtype=np.float32),
+        steps=np.full(count, n, dtype=np.int64),
     )

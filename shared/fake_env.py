@@ -18,7 +18,11 @@ COUNTING_ENV_ID = "ApeXCounting-v0"
 class CountingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, frame_shape=(84, 84), episode_length: int = 37, truncate_every: int = 3, num_actions: int = 4):
+    def __init__(self, frame_shape=(84, 84), episode_length: int = 37, truncate_every: int = 3, num_actions: int = 4,
+                 render_mode: str | None = None):
+        if render_mode is not None:
+            raise ValueError(f"render_mode={render_mode!r}: ApeXCounting-v0 renders nothing; use None")
+        self.render_mode = render_mode
         self.frame_shape = tuple(frame_shape)
         self.observation_space = spaces.Box(0, 255, shape=self.frame_shape, dtype=np.uint8)
         self.action_space = spaces.Discrete(num_actions)
