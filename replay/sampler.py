@@ -44,7 +44,6 @@ from replay.writer import SegmentRecord, SegmentWriter
 from shared.batch import SampleBatch
 from shared.chunk import stack_indices
 
-
 MAX_REDRAW_ROUNDS = 10_000  # consecutive stale redraws before sample() gives up
 
 

@@ -23,7 +23,7 @@ class SampleBatch:
     def __len__(self) -> int:
         return int(self.actions.shape[0])
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> "SampleBatch":
+    def to(self, device: torch.device, non_blocking: bool = False) -> SampleBatch:
         """Move tensors (not indices) to `device`; a no-op when they are already there."""
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return SampleBatch(

@@ -121,13 +121,13 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     # ------------------------------------------------------------------ validation
-    def check_valid(self, available_bytes: int | None = None) -> "Config":
+    def check_valid(self, available_bytes: int | None = None) -> Config:
         """Raise ConfigError for the first bad field; return self so calls chain."""
         _check_all(self, available_bytes)
         return self
 
     # ------------------------------------------------------------------ overrides
-    def with_overrides(self, assignments: list[str] | tuple[str, ...]) -> "Config":
+    def with_overrides(self, assignments: list[str] | tuple[str, ...]) -> Config:
         """Apply `section.field=value` strings (the CLI's --set), typed from the dataclass."""
         cfg = self
         for item in assignments:
@@ -156,7 +156,7 @@ class Config:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Config":
+    def from_dict(cls, data: dict[str, Any]) -> Config:
         """Rebuild from `to_dict()` output; unknown keys are an error (they mean a version mismatch)."""
         kwargs = {}
         for f in fields(cls):

@@ -8,7 +8,7 @@ head (or a plain linear head). He (Kaiming) init for ReLU layers.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
