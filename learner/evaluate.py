@@ -290,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     _, best_r, best_frames, stride = best if best is not None else (None, results[0], [], 1)
     report["best_episode"] = best_r.episode
     if best_frames and len(best_frames) > 1:
-        fps = float(getattr(env, "metadata", {}).get("render_fps") or 15.0) / stride
+        # real-time pace for short episodes; a subsampled long one plays as a stride-x time-lapse
+        fps = float(getattr(env, "metadata", {}).get("render_fps") or 15.0)
         gif = write_gif(best_frames, out / "best_episode.gif", fps)
         mp4 = write_mp4(best_frames, out / "best_episode.mp4", fps)
         report["video"] = {"gif": str(gif), "mp4": str(mp4) if mp4 else None, "frames": len(best_frames),
                            "stride": stride, "source": source.kind if source else None}
-        print(f"video: {gif} ({len(best_frames)} frames, every {stride} step(s), {source.kind if source else ''})"
+        pace = "real time" if stride == 1 else f"{stride}x speed"
+        print(f"video: {gif} ({len(best_frames)} frames, every {stride} step(s), {pace}, "
+              f"{source.kind if source else ''})"
               + (f" + {mp4}" if mp4 else ""))
     elif not args.no_video:
         print("video: skipped (the env has no picture: no rgb_array render and non-image observations)")
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             png = plot_learning_curve(metrics, out / "learning_curve.png", baseline[0] if baseline else None,
-                                      title=f"{run_dir.name}: {cfg.env.env_id}")
+                                      title=f"{run_dir.name}: {cfg.env.env_id}",
+                                      eval_point=_eval_point(counters, summary))
             report["learning_curve"] = str(png)
             print(f"learning curve: {png}" + (f" (random baseline {baseline[1]})" if baseline else ""))
         except ValueError as exc:
@@ -320,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     (out / "eval.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     print(f"summary: {out / 'eval.json'}")
     return 0
+
+
+def _eval_point(counters: dict[str, Any], summary: dict[str, Any]) -> dict[str, float] | None:
+    steps = counters.get("env_steps")
+    if not isinstance(steps, (int, float)):
+        return None
+    return {"env_steps": float(steps), "mean_x_pos": summary["mean_x_pos"], "mean_return": summary["mean_return"]}
 
 
 def _baseline(path: Path | None, env_cfg: Any) -> tuple[dict[str, Any], Path] | None:

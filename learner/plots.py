@@ -45,8 +45,13 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[flo
 
 
 def plot_learning_curve(metrics_path: str | Path, out_png: str | Path,
-                        random_baseline: Mapping[str, Any] | None = None, title: str | None = None) -> Path:
-    """Write the two-panel PNG; ValueError (naming the file) when no row has the plotted keys."""
+                        random_baseline: Mapping[str, Any] | None = None, title: str | None = None,
+                        eval_point: Mapping[str, float] | None = None) -> Path:
+    """Write the two-panel PNG; ValueError (naming the file) when no row has the plotted keys.
+
+    `eval_point` ({"env_steps", "mean_x_pos", "mean_return"}) marks a greedy evaluation of the
+    checkpoint on the curve, so training (exploring) and evaluation numbers sit side by side.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,6 +69,10 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path,
         if random_baseline is not None and isinstance(random_baseline.get(base_key), (int, float)):
             value = float(random_baseline[base_key])
             ax.axhline(value, color="tab:red", linestyle="--", linewidth=1.2, label=f"random policy ({value:.0f})")
+        if eval_point is not None and isinstance(eval_point.get(base_key), (int, float)):
+            ax.plot([float(eval_point.get("env_steps", 0))], [float(eval_point[base_key])], marker="*",
+                    markersize=14, color="tab:green", linestyle="none",
+                    label=f"checkpoint eval ({float(eval_point[base_key]):.0f})")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize=8)

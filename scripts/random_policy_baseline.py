@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = run_baseline(env_cfg, args.episodes, args.seed, args.max_steps)
+    try:
+        result = run_baseline(env_cfg, args.episodes, args.seed, args.max_steps)
+    except ValueError as exc:  # unknown env id, non-discrete actions, ...
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     text = json.dumps(result, indent=2, sort_keys=True)
     print(f"random policy on {env_cfg.env_id} ({env_cfg.action_set}, skip {env_cfg.frame_skip}), "
           f"{args.episodes} episodes: x_pos {result['mean_x_pos']:.1f} +- {result['std']:.1f} "

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
+from learner.evaluate import find_baseline
 from learner.evaluate import main as evaluate_main
 from learner.plots import plot_learning_curve, read_metrics
 from learner.video import FrameRecorder, to_rgb, write_gif
@@ -26,14 +28,21 @@ from tests.cluster_helpers import ROOT, head_env
 from tests.test_learner_fakes import FakeReplay, make_learner, small_config
 
 
-def _make_run(run_dir: Path, env: EnvConfig, num_actions: int, metrics_rows: int = 12) -> Path:
-    """A run dir as the head leaves it: checkpoint/ (written by the Learner) and metrics.jsonl."""
+def _make_run(run_dir: Path, env: EnvConfig, num_actions: int, metrics_rows: int = 12,
+              favor_action: int | None = None) -> Path:
+    """A run dir as the head leaves it: checkpoint/ (written by the Learner) and metrics.jsonl.
+
+    `favor_action` biases the advantage head so the greedy policy always picks that action.
+    """
     cfg: Config = replace(small_config(), env=env)
     replay = FakeReplay(obs_shape=(env.frame_size, env.frame_size), stack=env.frame_stack,
                         num_actions=num_actions, pool=16)  # both envs give frame_size^2 uint8 frames
     learner = make_learner(cfg, replay=replay)
     try:
         learner.run_updates(1)
+        if favor_action is not None:
+            with torch.no_grad():
+                learner.online.head.advantage[-1].bias[favor_action] += 1e4
         learner.save_checkpoint(run_dir, counters={"env_steps": 4096, "episodes": 12})
     finally:
         learner.close()
@@ -98,7 +107,7 @@ def test_corrupt_checkpoint_exits_2_naming_the_file(counting_run: Path, tmp_path
     import shutil
 
     run = tmp_path / "run"
-    shutil.copytree(counting_run, run)
+    shutil.copytree(counting_run, run, ignore=shutil.ignore_patterns("eval"))
     model = run / "checkpoint" / "model.pt"
     model.write_bytes(model.read_bytes()[:100])
     proc = subprocess.run([sys.executable, "-m", "learner.evaluate", str(run)], cwd=ROOT, env=head_env(),
@@ -153,13 +162,21 @@ def test_plot_with_random_baseline(tmp_path: Path) -> None:
     metrics.write_text("\n".join(json.dumps({"env_steps": i * 100, "mean_x_pos_20": 100 + i, "mean_return_20": i})
                                  for i in range(5)) + "\nnot json\n")
     assert len(read_metrics(metrics)) == 5
-    png = plot_learning_curve(metrics, tmp_path / "c.png", {"mean_x_pos": 250.0, "mean_return": 180.0})
+    png = plot_learning_curve(metrics, tmp_path / "c.png", {"mean_x_pos": 250.0, "mean_return": 180.0},
+                              eval_point={"env_steps": 400, "mean_x_pos": 120.0, "mean_return": 3.0})
     with Image.open(png) as im:
         assert im.format == "PNG"
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"env_steps": 1}\n')
     with pytest.raises(ValueError, match="empty.jsonl"):
         plot_learning_curve(empty, tmp_path / "d.png")
+
+
+def test_recorded_mario_baseline_is_found_for_the_default_env() -> None:
+    found = find_baseline(EnvConfig())  # docs/random_policy_1-1.json: 1-1, simple, frame skip 4
+    assert found is not None and found[1].name == "random_policy_1-1.json"
+    assert found[0]["episodes"] >= 20 and found[0]["mean_x_pos"] > 40
+    assert find_baseline(EnvConfig(action_set="right_only")) is None  # other action set: no line
 
 
 def test_random_baseline_script(tmp_path: Path) -> None:
@@ -181,7 +198,8 @@ def test_random_baseline_script(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- real Mario
 @pytest.mark.slow
 def test_mario_fresh_network_real_frames_gif(tmp_path: Path) -> None:
-    run = _make_run(tmp_path / "run", EnvConfig(), num_actions=7)  # 1-1, simple (7 actions), 84x84 x4
+    # 1-1, simple (7 actions), 84x84 x4; greedy = "right" so Mario visibly moves
+    run = _make_run(tmp_path / "run", EnvConfig(), num_actions=7, favor_action=1)
     out = tmp_path / "eval"
     proc = subprocess.run([sys.executable, "-m", "learner.evaluate", str(run), "--episodes", "2",
                            "--epsilon", "0.2", "--max-steps", "200", "--out", str(out)],
@@ -190,7 +208,8 @@ def test_mario_fresh_network_real_frames_gif(tmp_path: Path) -> None:
     report = json.loads((out / "eval.json").read_text())
     assert report["env"]["env_id"] == "SuperMarioBros-1-1-v0"
     assert all(0 < e["steps"] <= 200 for e in report["episodes"])
-    assert report["summary"]["max_x_pos"] > 0  # Mario starts at x=40
+    assert report["summary"]["max_x_pos"] > 100  # Mario starts at x=40 and walked right
+    assert {(e["world"], e["stage"]) for e in report["episodes"]} == {(1, 1)}
     assert report["video"]["source"] == "rgb"
     n, size, fmt = _gif_frames(out / "best_episode.gif")
     assert fmt == "GIF" and n > 1 and size == (256, 240)  # the NES screen, not a grayscale observation
