@@ -42,17 +42,9 @@ def is_mario(env_id: str) -> bool:
 
 def mario_action_masks(action_set: str) -> list[int]:
     """NES controller bitmasks of the configured action set (what JoypadSpace would send)."""
-    from gym_super_mario_bros import actions
+    from shared.mario_actions import action_buttons
 
-    buttons = {"right": 128, "left": 64, "down": 32, "up": 16, "start": 8, "select": 4, "B": 2, "A": 1, "NOOP": 0}
-    table = {"right_only": actions.RIGHT_ONLY, "simple": actions.SIMPLE_MOVEMENT, "complex": actions.COMPLEX_MOVEMENT}
-    masks = []
-    for combo in table[action_set]:
-        mask = 0
-        for button in combo:
-            mask |= buttons[button]
-        masks.append(mask)
-    return masks
+    return list(action_buttons(action_set))
 
 
 def make_raw_env(env_id: str) -> Any:
