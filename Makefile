@@ -35,9 +35,11 @@ test: install
 test-fast: install
 	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# Environment tests only (no torch needed): used for the Python 3.13 emulator generation.
+# Environment tests only (no torch needed): used for the Python 3.13 emulator generation, which
+# gets no torch here. Listed by file: collecting the other modules would import torch.
+ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config.py tests/test_chunk.py
 test-env: install
-	$(VPY) -m pytest -m envonly $(PYTEST_ARGS)
+	$(VPY) -m pytest -m envonly $(ENV_TESTS) $(PYTEST_ARGS)
 
 run: install
 	$(VPY) -m learner $(ARGS)
