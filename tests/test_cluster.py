@@ -117,3 +117,29 @@ def test_bad_config_exits_2_naming_the_field(tmp_path):
     assert code == 2
     assert "replay.alpha=7" in out and "allowed" in out
     assert not (tmp_path / "r").exists()  # refused before anything was created
+
+
+@pytest.mark.slow
+def test_mario_short_run_end_to_end_reports_x_pos(tmp_path):
+    """The real emulator through the whole cluster: a short budget, then the same checks as CartPole."""
+    run_dir = tmp_path / "run"
+    args = ["--profile", "cpu", "--collectors", "2", "--log-interval", "2", "--max-env-steps", "1500",
+            "--run-dir", str(run_dir), "--set", "transport.port=0", "--set", "collectors.envs_per_collector=2",
+            "--set", "collectors.chunk_steps=16", "--set", "learner.warmup_transitions=400",
+            "--set", "replay.capacity=20000", "--set", "learner.weight_broadcast_every=10"]
+    proc = start_head(args, tmp_path / "head.out")
+    try:
+        code = proc.wait(timeout=400)
+    finally:
+        kill_tree(proc)
+    log = (tmp_path / "head.out").read_text()
+    assert code == 0, log[-4000:]
+    rows = read_metrics(run_dir)
+    steps = [r["env_steps"] for r in rows]
+    assert steps == sorted(steps) and steps[-1] >= 1500
+    assert rows[-1]["updates"] > 0, log[-3000:]
+    assert rows[-1]["episodes"] > 0 and rows[-1]["best_x_pos"] > 40  # Mario starts at x=40 and moves
+    assert rows[-1]["mean_x_pos_20"] is not None
+    assert _checkpoint_exists(run_dir)
+    assert "x20" in log and "best_x" in log
+    assert wait_for(lambda: not children_of(proc.pid), 10), children_of(proc.pid)
