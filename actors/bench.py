@@ -155,42 +155,56 @@ def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
 
 
 def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, warmup: int = 10) -> dict[str, Any]:
-    """Collector loop against a real local head; fraction = (loop - env) / env time."""
-    from actors.client import HeadLink, register
+    """The real collector loop and link, sending to a drained local PULL socket; fraction = (loop - env) / env.
+
+    No head is needed (collectors never import the head's code): the bench binds the two
+    sockets a WELCOME would name, drains the data socket in a thread and never sends weights.
+    """
+    import threading
+
+    import zmq
+
+    from actors.client import HeadLink, Welcome
     from actors.collector import Collector
-    from actors.envs import env_spec
-    from actors.local_head import LocalHead
     from shared.config import Config, EnvConfig
-    from shared.protocol import ObsSpec
 
     if env_id is None:
         env_id = "SuperMarioBros-1-1-v0" if _mario_available() else "ApeXCounting-v0"
     cfg = Config()
-    cfg = replace(cfg, env=EnvConfig(env_id=env_id), collectors=replace(cfg.collectors, count=1, envs_per_collector=k))
-    shape, dtype, actions, _ = env_spec(cfg.env)
+    cfg = replace(cfg, env=EnvConfig(env_id=env_id), collectors=replace(cfg.collectors, count=1, envs_per_collector=k),
+                  transport=replace(cfg.transport, head_timeout_s=3600.0))  # no head heartbeats in this bench
+    ctx = zmq.Context()
+    tmp = tempfile.mkdtemp(prefix="mapx-bench-")
+    sink, weights = ctx.socket(zmq.PULL), ctx.socket(zmq.PUB)
+    sink.linger = weights.linger = 0
+    sink.bind(f"ipc://{tmp}/data.ipc")
+    weights.bind(f"ipc://{tmp}/weights.ipc")
+    stop = threading.Event()
 
-    class CountingSink:
-        n = 0
+    def drain() -> None:
+        while not stop.is_set():
+            if sink.poll(50):
+                sink.recv_multipart(copy=False)
 
-        def add_chunk(self, chunk: TransitionChunk) -> int:
-            self.n += 1
-            return 0
-
-        def __len__(self) -> int:
-            return 0
-
-    with LocalHead(cfg, CountingSink(), ObsSpec(shape, dtype, actions), port=0) as head:
-        welcome = register(head.ctx, head.connect, slot=0, timeout_s=10)
-        link = HeadLink(head.ctx, welcome)
-        collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
-        try:
-            collector.run(max_steps=warmup)
-            collector.timing = type(collector.timing)()
-            collector.run(max_steps=steps)
-            t = collector.timing
-        finally:
-            collector.close()
-            link.close()
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    welcome = Welcome(1, f"ipc://{tmp}/data.ipc", f"ipc://{tmp}/weights.ipc", 0.1, 1, 0, cfg)
+    link = HeadLink(ctx, welcome)
+    collector = Collector(cfg, welcome.collector_id, welcome.epsilon, link)
+    try:
+        collector.run(max_steps=warmup)
+        collector.timing = type(collector.timing)()
+        collector.run(max_steps=steps)
+        t = collector.timing
+    finally:
+        collector.close()
+        link.close()
+        stop.set()
+        drainer.join(5)
+        sink.close()
+        weights.close()
+        ctx.term()
+        shutil.rmtree(tmp, ignore_errors=True)
     env_ms = 1e3 * t.env_s / t.steps
     other_ms = 1e3 * (t.total_s - t.env_s) / t.steps
     return {"env_id": env_id, "k": k, "steps": t.steps, "env_ms_per_step": env_ms, "other_ms_per_step": other_ms,

@@ -16,10 +16,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from actors.envs import env_spec, episode_info, make_env
 from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
+from shared.env_factory import env_spec_of, episode_info, make_env
 from shared.network import build_q_network
 from shared.protocol import EpisodeSummary, ProtocolError
 from shared.weights import decode_weights
@@ -61,7 +61,8 @@ class Collector:
         self.link = link
         k = config.collectors.envs_per_collector
         self.envs = [make_env(config.env) for _ in range(k)]
-        self.obs_shape, self.obs_dtype, self.num_actions, self.stack = env_spec(config.env, self.envs[0])
+        shape, dtype, num_actions, self.stack = env_spec_of(config.env)
+        self.obs_shape, self.obs_dtype, self.num_actions = tuple(int(d) for d in shape), np.dtype(dtype), int(num_actions)
         lc = config.learner
         self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling).eval()
         self._reference = dict(self.net.state_dict())

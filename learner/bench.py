@@ -22,6 +22,7 @@ import inspect
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -49,9 +50,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
          "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms"),
     ),
-    "transport": (
-        (("actors.bench", "run_transport_bench"), ("shared.transport_bench", "run_transport_bench"),
-         ("actors.transport_bench", "run_transport_bench")),
+    "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
+        (("actors.bench", "run_transport_bench"),),
         ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
     ),
     "learner": ((("learner.learner_bench", "run_learner_bench"),), ("learner_updates_per_s",)),
@@ -345,29 +345,22 @@ def _null_hint(key: str) -> str:
     return " (no reason given)"
 
 
-def _discover(func_name: str) -> list[tuple[str, str]]:
-    """Modules in the project's packages whose source defines `func_name` (found by text, not import)."""
-    root = Path(__file__).resolve().parent.parent
-    found = []
-    for package in ("actors", "shared", "replay", "learner"):
-        for path in sorted((root / package).glob("*.py")):
-            try:
-                if f"def {func_name}(" in path.read_text(encoding="utf-8", errors="replace"):
-                    found.append((f"{package}.{path.stem}", func_name))
-            except OSError:
-                continue
-    return found
+def _run_in_subprocess(module_name: str, func_name: str, quick: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-m", module_name, *(["--quick"] if quick else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    result = json.loads(done.stdout[done.stdout.index("{"):])
+    return {**result, "source": f"{module_name}.{func_name} (subprocess)"}
 
 
 def _call_component(candidates: tuple[tuple[str, str], ...], quick: bool) -> dict[str, Any]:
-    """Import the first candidate module that exists and call its bench(quick).
-
-    The named candidates come first; then any module that defines the same function name, so a
-    bench that landed in another file is still found (and its location shows in details).
-    """
+    """Call the component's bench(quick). Collector-side benches (actors/) run in a child
+    process (`python -m MODULE [--quick]`, JSON on stdout) so this process never imports actors/."""
     missing = []
-    extra = [c for c in _discover(candidates[0][1]) if c not in candidates] if candidates else []
-    for module_name, func_name in (*candidates, *extra):
+    for module_name, func_name in candidates:
+        if module_name.startswith("actors."):
+            return _run_in_subprocess(module_name, func_name, quick)
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -75,7 +75,7 @@ def play_episode(env: Any, policy: Policy, stack: int, episode: int, *, seed: in
                  max_steps: int | None = None, frames: FrameRecorder | None = None,
                  source: FrameSource | None = None) -> EpisodeResult:
     """One episode with a rolling stack of the last `stack` observations (padded with the first)."""
-    from actors.envs import episode_info
+    from shared.env_factory import episode_info
 
     obs, info = env.reset(seed=seed)
     first = np.asarray(obs)

@@ -120,3 +120,15 @@ def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, 
     shape = tuple(int(d) for d in obs_space.shape)
     stack = env_config.frame_stack if len(shape) == 2 else 1
     return shape, np.dtype(obs_space.dtype), int(act_space.n), stack
+
+
+def episode_info(info: dict) -> tuple[int, bool, int, int]:
+    """(x_pos, flag_get, world, stage) from an episode's last info dict; zeros for non-Mario envs."""
+
+    def num(key: str) -> int:
+        try:
+            return int(info.get(key, 0) or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    return num("x_pos"), bool(info.get("flag_get", False)), num("world"), num("stage")

@@ -13,12 +13,12 @@ from dataclasses import replace
 import numpy as np
 
 import shared.fake_env  # noqa: F401
-from actors.local_head import LocalHead
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from shared.fake_env import decode_frame
 from shared.network import build_q_network
 from shared.protocol import ObsSpec
+from tests.local_head import LocalHead
 
 try:
     from replay.buffer import ReplayBuffer

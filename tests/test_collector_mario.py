@@ -17,10 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_mario_collector_fills_buffer_with_real_frames() -> None:
-    pytest.importorskip("gym_super_mario_bros")
-    env_factory = pytest.importorskip("shared.env_factory")
-    from actors.local_head import LocalHead
     from replay.buffer import ReplayBuffer
+    from shared import env_factory
+    from tests.local_head import LocalHead
     from tests.test_collector_integration import launch
 
     cfg = replace(Config(), env=EnvConfig(), collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),

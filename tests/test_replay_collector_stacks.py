@@ -10,12 +10,10 @@ from __future__ import annotations
 import collections
 
 import numpy as np
-import pytest
 
+import actors.stream as stream_mod
 from replay.buffer import ReplayBuffer
 from shared.fake_env import CountingEnv, decode_frame
-
-stream_mod = pytest.importorskip("actors.stream")
 
 SHAPE, STACK, N, GAMMA = (4, 8), 4, 3, 0.99
 
