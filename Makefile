@@ -37,7 +37,7 @@ test-fast: install
 
 # Environment tests only (no torch needed): used for the Python 3.13 emulator generation, which
 # gets no torch here. Listed by file: collecting the other modules would import torch.
-ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config.py tests/test_chunk.py
+ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config.py tests/test_chunk.py tests/test_boundaries.py
 test-env: install
 	$(VPY) -m pytest -m envonly $(ENV_TESTS) $(PYTEST_ARGS)
 
