@@ -64,10 +64,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    import zmq
+
     try:
         head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume)
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", exc)
+        return 2
+    except zmq.ZMQError as exc:
+        log.error("cannot bind the head's sockets: %s. Is another head running on this machine? "
+                  "Pick other ports with --port N (control N, weights N+1) or --set transport.port=0 (any free)", exc)
         return 2
     head_box.append(head)
     try:

@@ -143,3 +143,20 @@ def test_mario_short_run_end_to_end_reports_x_pos(tmp_path):
     assert _checkpoint_exists(run_dir)
     assert "x20" in log and "best_x" in log
     assert wait_for(lambda: not children_of(proc.pid), 10), children_of(proc.pid)
+
+
+def test_busy_port_exits_2_with_a_clear_message(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = start_head(["--env", "CartPole-v1", "--port", str(port), "--run-dir", str(tmp_path / "r")], tmp_path / "out")
+        try:
+            code = proc.wait(timeout=120)
+        finally:
+            kill_tree(proc)
+    out = (tmp_path / "out").read_text()
+    assert code == 2, out[-2000:]
+    assert "Address already in use" in out and "--port" in out and "Traceback" not in out
