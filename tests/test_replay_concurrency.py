@@ -84,8 +84,9 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int, device: str)
             while not stop.is_set():
                 buf.add_chunk(chunks[k % len(chunks)])
                 k += 1
-                if k % 4 == 0:  # laps the 400-slot ring every few samples, not during every one (livelock)
-                    time.sleep(0.0005)
+                # paced so it laps the 400-slot ring about once per sample: overwrites mid-gather stay
+                # frequent, but an unpaced writer on a quiet machine laps it during every redraw
+                time.sleep(0.001)
         except BaseException as exc:  # surfaced in the main thread
             errors.append(exc)
 
