@@ -51,6 +51,7 @@ class StopAt:
 
 
 _HEAD_COUNTERS = ("env_steps", "episodes")
+SUPERVISE_EVERY_S = 0.25  # how often the main loop checks collector processes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -136,6 +137,7 @@ class Head:
         started = time.monotonic()
         next_log = started + cfg.logging.interval_s
         next_ckpt = started + cfg.learner.checkpoint_every_s
+        next_poll = started
         reason = "stopped"
         while True:
             if stop_event.is_set():
@@ -150,7 +152,9 @@ class Head:
             if now >= next_log:
                 self._log_progress()
                 next_log = now + cfg.logging.interval_s
-            self.supervisor.poll()
+            if now >= next_poll:  # restarts back off >= 0.5 s: no need to look after every update burst
+                self.supervisor.poll()
+                next_poll = now + SUPERVISE_EVERY_S
             if self.train and now >= next_ckpt:
                 self.save_checkpoint()
                 next_ckpt = now + cfg.learner.checkpoint_every_s
@@ -158,7 +162,7 @@ class Head:
             if stop_at.env_steps is not None and env_steps >= stop_at.env_steps:
                 reason = "max_env_steps"
                 break
-            if stop_at.updates is not None and self.learner.stats().get("updates", 0) >= stop_at.updates:
+            if stop_at.updates is not None and self.learner.updates >= stop_at.updates:
                 reason = "max_updates"
                 break
             if stop_at.seconds is not None and now - started >= stop_at.seconds:
@@ -171,7 +175,8 @@ class Head:
         return summary
 
     def env_steps(self) -> int:
-        return self.counters.get("env_steps", 0) + self.consolidation.stats().transitions
+        # a plain counter read: called after every update burst, so no stats snapshot here
+        return self.counters.get("env_steps", 0) + self.consolidation.transitions
 
     def _summary(self, elapsed: float, reason: str) -> dict[str, Any]:
         stats = self.consolidation.stats()
