@@ -130,6 +130,8 @@ class HeadLink:
         self.should_stop = should_stop
         self.push = _socket(ctx, zmq.PUSH, curve)
         self.push.sndhwm = cfg.collectors.send_hwm
+        if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
+            self.push.sndbuf = cfg.transport.socket_buffer_bytes
         self.push.connect(welcome.data_endpoint)
         self.sub = _socket(ctx, zmq.SUB, curve)
         self.sub.rcvhwm = 64

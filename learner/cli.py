@@ -111,5 +111,9 @@ def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
         "learner.target_update_every": "200",  # short sync period: targets track the fast-moving Q values
         "collectors.send_hwm": "4",  # small queues: with the insert gate, queued chunks are stale data
         "transport.recv_hwm": "4",
+        # ...and small kernel buffers: an ipc socket queues ~130 KB (~100 CartPole chunks, weights
+        # ~800 updates behind); TCP with 4 KB buffers queues ~20 (measured lag 100-300 updates)
+        "transport.local_transport": "tcp",
+        "transport.socket_buffer_bytes": "4096",
     }
     return cfg.with_overrides([f"{k}={v}" for k, v in defaults.items() if k not in given])

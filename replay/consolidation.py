@@ -286,6 +286,8 @@ class ConsolidationThread(threading.Thread):
         local = _is_loopback(peer) and host == self.hostname and self.config.transport.local_transport == "ipc"
         sock = self._socket(zmq.PULL)
         sock.rcvhwm = self.config.transport.recv_hwm
+        if self.config.transport.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
+            sock.rcvbuf = self.config.transport.socket_buffer_bytes
         if local:
             endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
         else:

@@ -99,6 +99,11 @@ class TransportConfig:
     local_transport: str = "ipc"  # ipc (fastest locally) or tcp for local collectors
     curve_keys_dir: str = ""  # directory with server/client keys; empty = no encryption (loopback only)
     recv_hwm: int = 64  # receive high-water mark per collector socket (messages)
+    # Kernel send/receive buffer of each TCP data socket in bytes (0 = OS default). ZeroMQ applies it to
+    # TCP only (an ipc socket keeps ~130 KB). Small values bound the data in flight, i.e. how stale it is
+    # when the insert gate holds collectors back: with CartPole-sized chunks (~1 KB) the OS default queues
+    # ~3,400 chunks per TCP collector, 4096 queues ~20; Mario chunks (~270 KB) need no tuning.
+    socket_buffer_bytes: int = 0
     head_timeout_s: float = 10.0  # collectors exit when the head is silent this long
     stall_timeout_s: float = 30.0  # head restarts a collector silent this long
 
@@ -303,6 +308,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
         _int_range("transport.port", t.port, 1024, 65000)
     _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
+    _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
     _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
     _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
     _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)

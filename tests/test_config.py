@@ -58,6 +58,7 @@ def test_bad_override_names_the_problem(override, words):
         ("learner.batch_size=0", "learner.batch_size", "[1, 65536]"),
         ("collectors.count=-1", "collectors.count", "[0, 1024]"),
         ("transport.bind=0.0.0.0", "transport.bind", "curve_keys_dir"),
+        ("transport.socket_buffer_bytes=-1", "transport.socket_buffer_bytes", "[0, 1073741824]"),
         ("learner.warmup_transitions=10000000", "learner.warmup_transitions", "replay.capacity"),
     ],
 )

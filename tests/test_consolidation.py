@@ -342,3 +342,40 @@ def test_silent_collectors_and_forget(head: Head) -> None:
         time.sleep(0.01)
     assert head.thread.silent_collectors(0.2) == [] and head.thread.is_alive()
     assert head.thread.last_seen_by_slot(0) is None
+
+
+def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
+    """How many small messages a real HeadLink can queue towards a head whose insert gate is shut."""
+    from actors.client import HeadLink
+
+    config = small_config(local_transport="tcp", socket_buffer_bytes=socket_buffer_bytes)
+    head = Head(RecordingSink(), config)
+    try:
+        head.thread.admit = lambda: False  # the learner is "behind": nothing is read from data sockets
+        time.sleep(0.25)  # let a round that began before the gate shut (poll up to 100 ms) finish
+        link = HeadLink(head.ctx, head.welcome)
+        assert link.push.sndbuf == (socket_buffer_bytes or link.push.sndbuf)
+        message = P.encode_simple(P.HEARTBEAT, head.cid, 1, 5)
+        sent, stalled_since = 0, None
+        while sent < limit:
+            try:
+                link.push.send_multipart(message, zmq.NOBLOCK)
+                sent, stalled_since = sent + 1, None
+            except zmq.Again:  # the TCP connection may still be coming up or draining: give it 0.3 s
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > 0.3:
+                    break
+                time.sleep(0.01)
+        link.close()
+        assert head.thread.stats().heartbeats == 0
+        return sent
+    finally:
+        head.close()
+
+
+def test_socket_buffer_bytes_bounds_the_data_in_flight() -> None:
+    """Small kernel buffers are what keep gated data fresh (CartPole's lag fell from ~800 to ~200 updates)."""
+    bounded = _in_flight_while_gated(4096)
+    unbounded = _in_flight_while_gated(0)
+    assert bounded < 1_000, bounded  # measured 256 heartbeats (~18 KB with ZeroMQ framing)
+    assert unbounded == 5_000, unbounded  # the OS default takes every message offered (>20k measured)
