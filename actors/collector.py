@@ -20,6 +20,7 @@ from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.env_factory import env_spec_of, episode_info, make_env
+from shared.exploration import annealed_epsilon
 from shared.network import build_q_network
 from shared.protocol import EpisodeSummary, ProtocolError
 from shared.weights import decode_weights
@@ -57,7 +58,8 @@ class Collector:
         torch.set_num_threads(config.collectors.torch_threads)
         self.config = config
         self.collector_id = collector_id
-        self.epsilon = float(epsilon)
+        self.epsilon = float(epsilon)  # the Ape-X epsilon this collector settles at
+        self.eps_decay_updates = int(config.collectors.eps_decay_updates)
         self.link = link
         k = config.collectors.envs_per_collector
         self.envs = [make_env(config.env) for _ in range(k)]
@@ -97,6 +99,10 @@ class Collector:
         with torch.inference_mode():
             return self.net(torch.from_numpy(stacks)).float().numpy()
 
+    def current_epsilon(self) -> float:
+        """The Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it."""
+        return annealed_epsilon(self.epsilon, self.weight_version, self.eps_decay_updates)
+
     def load_weights(self, parts: list[Any]) -> bool:
         """Verify (monotonic version, names/shapes/dtypes of our net) and load; False if refused."""
         try:
@@ -127,7 +133,7 @@ class Collector:
                 if chunk is not None and not self.link.send_chunk(chunk):
                     return False
         greedy = q.argmax(axis=1)
-        explore = self.rng.random(len(self.envs)) < self.epsilon
+        explore = self.rng.random(len(self.envs)) < self.current_epsilon()
         actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(self.envs)), greedy)
         truncated_finals: list[tuple[int, int, np.ndarray]] = []
         env_s = 0.0

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     head_box.append(head)
     try:
-        summary = head.run(StopAt(opts.max_env_steps, opts.max_updates, opts.max_seconds), stop)
+        summary = head.run(StopAt(opts.max_env_steps, opts.max_updates, opts.max_seconds, opts.target_return), stop)
     finally:
         head.close()
     print(f"[DONE] {summary}", flush=True)

@@ -25,6 +25,7 @@ class RunOptions:
     max_env_steps: int | None
     max_updates: int | None
     max_seconds: float | None
+    target_return: float | None
     train: bool
 
 
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
     parser.add_argument("--max-updates", type=int, help="stop after this many learner updates")
     parser.add_argument("--max-seconds", type=float, help="stop after this much wall time")
+    parser.add_argument("--target-return", type=float,
+                        help="stop once the mean return of the last logging.episode_window episodes reaches this")
     parser.add_argument("--run-dir", help="where logs, metrics and checkpoints go (default runs/<timestamp>)")
     parser.add_argument("--resume", help="checkpointed run directory to continue")
     parser.add_argument("--no-train", action="store_true", help="collect and drain replay without updates (benchmarks)")
@@ -85,6 +88,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         max_env_steps=args.max_env_steps,
         max_updates=args.max_updates,
         max_seconds=args.max_seconds,
+        target_return=args.target_return,
         train=not args.no_train,
     )
 

@@ -48,6 +48,7 @@ class StopAt:
     env_steps: int | None = None
     updates: int | None = None
     seconds: float | None = None
+    mean_return: float | None = None  # stop once the last logging.episode_window episodes average this
 
 
 _HEAD_COUNTERS = ("env_steps", "episodes")
@@ -155,6 +156,9 @@ class Head:
             if now >= next_poll:  # restarts back off >= 0.5 s: no need to look after every update burst
                 self.supervisor.poll()
                 next_poll = now + SUPERVISE_EVERY_S
+                if stop_at.mean_return is not None and self._window_mean_return() >= stop_at.mean_return:
+                    reason = "target_return"
+                    break
             if self.train and now >= next_ckpt:
                 self.save_checkpoint()
                 next_ckpt = now + cfg.learner.checkpoint_every_s
@@ -173,6 +177,13 @@ class Head:
         summary = self._summary(elapsed, reason)
         log.info("stopping (%s) after %.1f s: %s", reason, elapsed, summary)
         return summary
+
+    def _window_mean_return(self) -> float:
+        """Mean return of the last episode_window episodes; -inf until the window is full."""
+        episodes = self.consolidation.stats().recent_episodes
+        if not episodes or len(episodes) < self.cfg.logging.episode_window:
+            return float("-inf")
+        return sum(e.episode_return for e in episodes) / len(episodes)
 
     def env_steps(self) -> int:
         # a plain counter read: called after every update burst, so no stats snapshot here

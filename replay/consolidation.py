@@ -25,6 +25,7 @@ import zmq
 
 from shared.chunk import TransitionChunk
 from shared.config import Config
+from shared.exploration import annealed_epsilon
 from shared.keys import CurveServer, load_server, start_authenticator
 from shared.protocol import (
     BYE,
@@ -371,9 +372,11 @@ class ConsolidationThread(threading.Thread):
     def stats(self) -> ConsolidationStats:
         """Counters snapshot (any thread; buffer_size() decides where the Buffer figure comes from)."""
         now = time.monotonic()
+        decay = self.config.collectors.eps_decay_updates  # report what collectors act with now
         with self._lock:
             collectors = {
-                cid: {"host": s.host, "pid": s.pid, "slot": s.slot, "epsilon": s.epsilon,
+                cid: {"host": s.host, "pid": s.pid, "slot": s.slot,
+                      "epsilon": annealed_epsilon(s.epsilon, s.weight_version, decay),
                       "last_seen_s": now - s.last_seen, "weight_version": s.weight_version,
                       "chunks": s.chunks, "transitions": s.transitions, "closed": s.closed}
                 for cid, s in self.collectors.items()

@@ -5,7 +5,7 @@ the same sitting on the same machine. Both runs are timed from the moment we lau
 (interpreter and torch start-up included) to the first point where the mean return of the last 20
 episodes is >= 475. The system is the real head (`python -m learner --env CartPole-v1`, collectors,
 ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole defaults of learner/cli.py.
-The head has no stop-on-solve; we read its metrics.jsonl and SIGINT it once solved (or at the cap).
+The head stops itself once solved (`--target-return 475`); we read its metrics.jsonl.
 
 Usage: python scripts/cartpole_race.py --seeds 1 2 3 [--system-only] [--set section.field=value ...]
 Prints one JSON line per run and a JSON summary at the end.
@@ -76,6 +76,8 @@ def run_system(seed: int, overrides: list[str] | None = None, max_env_steps: int
     args = [sys.executable, "-m", "learner", "--env", "CartPole-v1", "--profile", "cpu", "--seed", str(seed),
             "--max-env-steps", str(max_env_steps), "--log-interval", str(log_interval), "--run-dir", str(run_dir),
             "--set", "transport.port=0"]
+    if stop_on_solve:
+        args += ["--target-return", str(SOLVED_RETURN)]
     for item in overrides or []:
         args += ["--set", item]
     launched = time.time()

@@ -48,6 +48,9 @@ class CollectorConfig:
     chunk_steps: int = 128  # new transitions per env per message: bigger = less overhead, more latency
     eps_base: float = 0.4  # Ape-X epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1))
     eps_alpha: float = 7.0  # spread of exploration across collectors
+    # >0: every collector starts fully random and anneals linearly to its Ape-X epsilon over this many
+    # learner updates (read from the weight version, so restarts and remote collectors agree); 0 = fixed
+    eps_decay_updates: int = 0
     heartbeat_s: float = 1.0  # heartbeat period: lower = faster stall detection, more messages
     send_hwm: int = 16  # ZeroMQ high-water mark (messages) before a slow learner blocks the collector
     torch_threads: int = 1  # torch threads per collector; >1 fights the emulator for cores
@@ -266,6 +269,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
     _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
     _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
     _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
     _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
     _int_range("collectors.torch_threads", c.torch_threads, 1, 256)

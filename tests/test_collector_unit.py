@@ -124,3 +124,20 @@ def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     t = col.timing
     assert t.steps == 121 and 0 < t.env_s < t.total_s and t.infer_s > 0
     col.close()
+
+
+def test_epsilon_anneals_from_one_by_weight_version() -> None:
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(envs_per_collector=2, chunk_steps=16, eps_decay_updates=1000),
+                  learner=LearnerConfig(hidden=16))
+    col = Collector(cfg, collector_id=1, epsilon=0.1, link=FakeLink())
+    assert col.current_epsilon() == pytest.approx(1.0)  # before any learning: uniformly random
+    col.weight_version = 500
+    assert col.current_epsilon() == pytest.approx(0.55)
+    col.weight_version = 5000
+    assert col.current_epsilon() == pytest.approx(0.1)  # settled at its Ape-X epsilon
+    col.close()
+    fixed = small_collector(FakeLink())
+    fixed.weight_version = 0
+    assert fixed.current_epsilon() == 0.5  # eps_decay_updates=0: the Ape-X epsilon from the start
+    fixed.close()

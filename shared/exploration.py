@@ -1,0 +1,15 @@
+"""Exploration schedule shared by collectors (who act on it) and the head (who reports it)."""
+
+from __future__ import annotations
+
+
+def annealed_epsilon(final: float, weight_version: int, decay_updates: int) -> float:
+    """Linear anneal from 1 to `final` over `decay_updates` learner updates; `final` when decay_updates <= 0.
+
+    The clock is the weight version (= learner updates when the weights were published), so a
+    restarted or late-joining collector explores as much as the others do at that point of training.
+    """
+    if decay_updates <= 0:
+        return float(final)
+    remaining = max(0.0, 1.0 - max(0, weight_version) / decay_updates)
+    return float(final) + (1.0 - float(final)) * remaining
