@@ -60,6 +60,7 @@ class Collector:
         self.collector_id = collector_id
         self.epsilon = float(epsilon)  # the Ape-X epsilon this collector settles at
         self.eps_decay_updates = int(config.collectors.eps_decay_updates)
+        self.reward_scale = float(config.env.reward_scale)  # what is learned from; returns stay unscaled
         self.link = link
         k = config.collectors.envs_per_collector
         self.envs = [make_env(config.env) for _ in range(k)]
@@ -143,7 +144,8 @@ class Collector:
             env_s += time.perf_counter() - t0
             frame = self._frame(obs)
             rec = self.recorders[i]
-            index = rec.record_step(int(actions[i]), float(reward), frame, bool(terminated), bool(truncated))
+            index = rec.record_step(int(actions[i]), float(reward) * self.reward_scale, frame, bool(terminated),
+                                    bool(truncated))
             self.returns[i] += float(reward)
             self.lengths[i] += 1
             self.stacks[i, :-1] = self.stacks[i, 1:]

@@ -36,6 +36,10 @@ class EnvConfig:
     frame_size: int = 84  # square side of the grayscale observation: smaller = faster nets, less detail
     frame_stack: int = 4  # frames per network input for image envs (vector envs use 1)
     clip_rewards: bool = False  # clip rewards to [-1, 1]: stabler across games, loses magnitude
+    # Rewards are multiplied by this before they are learned from (episode returns are reported
+    # unscaled). Adam moves Q by roughly a fixed amount per update, so Q values of ~100 (CartPole's
+    # +1 per step at gamma 0.99) take far longer to reach than ~1: scale them down for such envs.
+    reward_scale: float = 1.0
     life_loss_terminal: bool = True  # end episodes on life loss: denser signal, shorter episodes
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
     seed: int = 0  # base seed; each collector/env derives its own from it
@@ -259,6 +263,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
         _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
     _choice("env.action_set", e.action_set, ACTION_SETS)
     _int_range("env.frame_skip", e.frame_skip, 1, 16)
+    _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
     _int_range("env.frame_size", e.frame_size, 16, 256)
     _int_range("env.frame_stack", e.frame_stack, 1, 16)
     _int_range("env.max_episode_steps", e.max_episode_steps, 1)

@@ -141,3 +141,22 @@ def test_epsilon_anneals_from_one_by_weight_version() -> None:
     fixed.weight_version = 0
     assert fixed.current_epsilon() == 0.5  # eps_decay_updates=0: the Ape-X epsilon from the start
     fixed.close()
+
+
+def test_reward_scale_applies_to_learning_data_not_to_reported_returns() -> None:
+    def run(scale: float) -> FakeLink:
+        cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0", reward_scale=scale),
+                      collectors=CollectorConfig(envs_per_collector=1, chunk_steps=16), learner=LearnerConfig(hidden=16))
+        link = FakeLink()
+        torch.manual_seed(0)  # same network, same greedy actions
+        col = Collector(cfg, collector_id=1, epsilon=0.3, link=link, seed=7)
+        col.run(max_steps=80)
+        col.close()
+        return link
+
+    plain, scaled = run(1.0), run(0.25)
+    assert len(plain.chunks) == len(scaled.chunks) > 0
+    for a, b in zip(plain.chunks, scaled.chunks, strict=True):
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_allclose(b.rewards, a.rewards * 0.25)
+    assert [e.episode_return for e in plain.episodes] == [e.episode_return for e in scaled.episodes]
