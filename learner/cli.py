@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
 def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
     """Cheap envs (CartPole etc.) want a small, fresh replay and a fast-reacting learner unless the user said otherwise.
 
-    Tuned on CartPole-v1 on the 2-core CPU box (scripts/cartpole_race.py); `--set` always wins.
+    Tuned on CartPole-v1 on the 2-core CPU box (scripts/cartpole_race.py, BENCHMARKS.md); `--set` always wins.
     """
     given = {item.partition("=")[0].strip() for item in explicit}
     defaults = {
@@ -112,7 +112,10 @@ def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
         "learner.batch_size": "128",  # a 128-batch MLP update costs little more than a 32-batch one on CPU
         "learner.samples_per_insert": "16",  # sample efficiency: solving within 100k steps needs ~16 replays each
         "learner.max_insert_lead": "1000",  # collectors outrun the learner on CartPole: make them wait (keeps the ratio)
-        "learner.target_update_every": "200",  # short sync period: targets track the fast-moving Q values
+        "learner.target_update_every": "50",  # short sync period: Q values propagate one n-step per sync
+        "env.reward_scale": "0.1",  # Q ~10 instead of ~100: Adam climbs there in far fewer updates
+        "learner.prefetch": "false",  # a 5 ms MLP update loses more to the GIL than it gains (195 vs 142 upd/s)
+        "learner.weight_broadcast_every": "25",  # a 0.5 MB MLP is cheap to publish: fresher collector policies
         "collectors.send_hwm": "4",  # small queues: with the insert gate, queued chunks are stale data
         "transport.recv_hwm": "4",
         # ...and small kernel buffers: an ipc socket queues ~130 KB (~100 CartPole chunks, weights
