@@ -1,7 +1,7 @@
 """Transport and collector benchmarks (functions returning dicts; `learner.bench` calls them).
 
 - transport_tps: transitions/s of 84x84 uint8 chunks (128 transitions each) from a sender
-  process through one PUSH/PULL socket, with the full encode -> decode + validate path.
+  process through one DEALER->DEALER data socket (as collectors use), with the full encode -> decode + validate path.
 - mpqueue_transport_tps: the naive baseline, one pickled (s, a, r, s', done) tuple of 4x84x84
   stacks per multiprocessing.Queue put.
 - collector_overhead: everything a collector does per step except env.step/reset, as a
@@ -50,7 +50,7 @@ def _zmq_sender(endpoint: str, seconds: float, sockbuf: int) -> None:
     from shared.protocol import BYE, encode_chunk, encode_simple, send_parts
 
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
+    sock = ctx.socket(zmq.DEALER)
     sock.sndhwm = 16
     if sockbuf:
         sock.sndbuf = sockbuf
@@ -74,7 +74,7 @@ def transport_tps(transport: str = "ipc", seconds: float = 2.0, sockbuf: int = 0
 
     spec = ObsSpec(OBS, np.dtype(np.uint8), 4)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
+    sock = ctx.socket(zmq.DEALER)
     sock.rcvhwm = 64
     if sockbuf:
         sock.rcvbuf = sockbuf
@@ -155,7 +155,7 @@ def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
 
 
 def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, warmup: int = 10) -> dict[str, Any]:
-    """The real collector loop and link, sending to a drained local PULL socket; fraction = (loop - env) / env.
+    """The real collector loop and link, sending to a drained local data socket; fraction = (loop - env) / env.
 
     No head is needed (collectors never import the head's code): the bench binds the two
     sockets a WELCOME would name, drains the data socket in a thread and never sends weights.
@@ -175,7 +175,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
                   transport=replace(cfg.transport, head_timeout_s=3600.0))  # no head heartbeats in this bench
     ctx = zmq.Context()
     tmp = tempfile.mkdtemp(prefix="mapx-bench-")
-    sink, weights = ctx.socket(zmq.PULL), ctx.socket(zmq.PUB)
+    sink, weights = ctx.socket(zmq.DEALER), ctx.socket(zmq.PUB)
     sink.linger = weights.linger = 0
     sink.bind(f"ipc://{tmp}/data.ipc")
     weights.bind(f"ipc://{tmp}/weights.ipc")

@@ -1,10 +1,13 @@
-"""The collector's side of the transport: registration, its PUSH data socket, the weights SUB.
+"""The collector's side of the transport: registration, its own data socket, the weights SUB.
 
 Registration is a DEALER exchange (HELLO with a nonce, retried until WELCOME; the head answers
 a retried nonce with the same WELCOME, so a retry never allocates a second collector). Data goes
-through the collector's own PUSH socket to the PULL socket the head bound for it, with
-SNDHWM = send_hwm: when the learner falls behind, `send` blocks (bounded memory, nothing
-dropped) while still watching the head's heartbeat and the stop flag.
+through the collector's own DEALER to the DEALER the head bound for it, with SNDHWM = send_hwm:
+when the learner falls behind, `send` blocks (bounded memory, nothing dropped) while still
+watching the head's heartbeat and the stop flag. With transport.max_chunks_in_flight > 0 a
+chunk is also held back until the head has acknowledged (CREDIT) all but that many earlier
+chunks: the collector then waits *before* stepping on, so what it sends is never staler than a
+few chunks, however large the socket buffers are.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import socket as pysocket
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +29,7 @@ from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.keys import CurveClient
 from shared.protocol import (
+    CREDIT,
     HEAD_HEARTBEAT,
     HEARTBEAT,
     HELLO,
@@ -119,7 +124,7 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
 
 
 class HeadLink:
-    """The collector's data PUSH and weights SUB sockets plus head liveness."""
+    """The collector's data DEALER and weights SUB sockets, chunk credits and head liveness."""
 
     def __init__(self, ctx: zmq.Context, welcome: Welcome, curve: CurveClient | None = None,
                  should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -128,11 +133,14 @@ class HeadLink:
         self.head_timeout_s = cfg.transport.head_timeout_s
         self.heartbeat_s = cfg.collectors.heartbeat_s
         self.should_stop = should_stop
-        self.push = _socket(ctx, zmq.PUSH, curve)
-        self.push.sndhwm = cfg.collectors.send_hwm
+        self.data = _socket(ctx, zmq.DEALER, curve)
+        self.data.sndhwm = cfg.collectors.send_hwm
         if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
-            self.push.sndbuf = cfg.transport.socket_buffer_bytes
-        self.push.connect(welcome.data_endpoint)
+            self.data.sndbuf = cfg.transport.socket_buffer_bytes
+        self.data.connect(welcome.data_endpoint)
+        self.max_chunks_in_flight = cfg.transport.max_chunks_in_flight  # 0 = no credit limit
+        self.unacked_chunks: deque[int] = deque()  # sequence numbers of chunks the head has not credited
+        self.credit_wait_s = 0.0  # time spent waiting for credit (monitoring)
         self.sub = _socket(ctx, zmq.SUB, curve)
         self.sub.rcvhwm = 64
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -148,7 +156,8 @@ class HeadLink:
 
     # ------------------------------------------------------------------ incoming
     def poll_head(self) -> None:
-        """Drain the SUB socket without blocking; keep only the newest WEIGHTS message."""
+        """Drain CREDITs and the SUB socket without blocking; keep only the newest WEIGHTS message."""
+        self._drain_credits()
         while self.sub.poll(0):
             parts = self.sub.recv_multipart(copy=False)
             try:
@@ -164,6 +173,39 @@ class HeadLink:
             elif header.msg_type not in (WEIGHTS, HEAD_HEARTBEAT):
                 log.warning("ignoring unexpected message type %d from head", header.msg_type)
 
+    def _drain_credits(self) -> None:
+        while self.data.poll(0):
+            parts = self.data.recv_multipart()
+            try:
+                header = decode_header(parts[0])
+            except ProtocolError as exc:
+                log.warning("ignoring bad message on the data socket: %s", exc.reason)
+                continue
+            if header.msg_type != CREDIT:
+                log.warning("ignoring unexpected message type %d on the data socket", header.msg_type)
+                continue
+            self.last_head = time.monotonic()
+            while self.unacked_chunks and self.unacked_chunks[0] <= header.seq:
+                self.unacked_chunks.popleft()
+
+    def _wait_for_credit(self) -> bool:
+        """Block until fewer than max_chunks_in_flight chunks are unacknowledged; False = must exit."""
+        if not self.max_chunks_in_flight or len(self.unacked_chunks) < self.max_chunks_in_flight:
+            return True
+        t0 = time.monotonic()
+        poller = zmq.Poller()
+        poller.register(self.data, zmq.POLLIN)
+        poller.register(self.sub, zmq.POLLIN)
+        try:
+            while len(self.unacked_chunks) >= self.max_chunks_in_flight:
+                poller.poll(100)
+                self.poll_head()
+                if self.must_exit():
+                    return False
+            return True
+        finally:
+            self.credit_wait_s += time.monotonic() - t0
+
     def take_weights(self) -> list[Any] | None:
         parts, self._weights = self._weights, None
         return parts
@@ -178,9 +220,9 @@ class HeadLink:
     def _send(self, build: Callable[[int], list[Any]], block: bool) -> bool:
         """Send one message with the next sequence number; block while the HWM is full."""
         while True:
-            if self.push.poll(0 if not block else 100, zmq.POLLOUT):
+            if self.data.poll(0 if not block else 100, zmq.POLLOUT):
                 self.seq += 1
-                send_parts(self.push, build(self.seq))
+                send_parts(self.data, build(self.seq))
                 self.sent_messages += 1
                 return True
             if not block:
@@ -190,7 +232,13 @@ class HeadLink:
                 return False
 
     def send_chunk(self, chunk: TransitionChunk) -> bool:
-        return self._send(lambda seq: encode_chunk(chunk, self.collector_id, seq, self.weight_version), True)
+        if not self._wait_for_credit():
+            return False
+        if not self._send(lambda seq: encode_chunk(chunk, self.collector_id, seq, self.weight_version), True):
+            return False
+        if self.max_chunks_in_flight:
+            self.unacked_chunks.append(self.seq)
+        return True
 
     def send_episode(self, summary: EpisodeSummary) -> bool:
         return self._send(lambda seq: encode_episode(summary, self.collector_id, seq, self.weight_version), True)
@@ -203,5 +251,5 @@ class HeadLink:
             self._send(lambda seq: encode_simple(HEARTBEAT, self.collector_id, seq, self.weight_version), False)
 
     def close(self) -> None:
-        self.push.close(linger=0)
+        self.data.close(linger=0)
         self.sub.close(linger=0)

@@ -1,10 +1,12 @@
-"""The head's consolidation thread: registration, per-collector PULL sockets, replay writes.
+"""The head's consolidation thread: registration, per-collector data sockets, replay writes.
 
 It is the replay's only writer. Every message is decoded and validated before anything touches
 the buffer; a bad one is counted under its reason (logged once per reason) and dropped; nothing
-raises out of the thread. Each collector gets its own PULL socket (bound at registration), so
-one fast or hostile collector cannot crowd out another's queue, sequence numbers are checked
-per socket, and its high-water mark backpressures exactly that collector.
+raises out of the thread. Each collector gets its own data socket (a DEALER bound at
+registration), so one fast or hostile collector cannot crowd out another's queue, sequence
+numbers are checked per socket, and its high-water mark backpressures exactly that collector.
+With transport.max_chunks_in_flight the same socket carries CREDIT back after each read, so a
+collector never has more than that many unread chunks queued: data is at most that stale.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from shared.exploration import annealed_epsilon
 from shared.keys import CurveServer, load_server, start_authenticator
 from shared.protocol import (
     BYE,
+    CREDIT,
     EPISODE_SUMMARY,
     HEARTBEAT,
     HELLO,
@@ -40,6 +43,8 @@ from shared.protocol import (
     decode,
     decode_header,
     encode_json,
+    encode_simple,
+    send_parts,
 )
 
 log = logging.getLogger(__name__)
@@ -80,7 +85,9 @@ class CollectorState:
     pid: int = 0
     slot: int = -1
     epsilon: float = 0.0
-    last_seq: int = 0
+    last_seq: int = 0  # newest accepted sequence number
+    received_seq: int = 0  # newest sequence number read from this socket, accepted or rejected
+    credited_seq: int = 0  # newest sequence number acknowledged with CREDIT
     last_seen: float = field(default_factory=time.monotonic)
     weight_version: int = 0
     chunks: int = 0
@@ -105,7 +112,7 @@ class ConsolidationStats:
 
 
 class ConsolidationThread(threading.Thread):
-    """Owns the control ROUTER and every collector's PULL socket; writes chunks to the replay."""
+    """Owns the control ROUTER and every collector's data socket; writes chunks to the replay."""
 
     def __init__(
         self,
@@ -140,6 +147,7 @@ class ConsolidationThread(threading.Thread):
         self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
         self._control_poller = zmq.Poller()
         self._control_poller.register(self.control, zmq.POLLIN)
+        self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
         self.admit: Callable[[], bool] | None = None  # insert-side rate limit, set by the head
         self.gated_rounds = 0
         self.collectors: dict[int, CollectorState] = {}
@@ -225,7 +233,20 @@ class ConsolidationThread(threading.Thread):
                     poller.unregister(state.sock)
                     state.sock.close(linger=0)
                     break
+            if self.credits and not state.closed and state.received_seq > state.credited_seq:
+                self._credit(state)
         self.queue = read
+
+    def _credit(self, state: CollectorState) -> None:
+        """CREDIT (transport.max_chunks_in_flight): everything up to received_seq has been read.
+
+        Never blocks: a collector that does not read credits only fills its own queue, and a dropped
+        credit is superseded by the next (acknowledgements are cumulative)."""
+        try:
+            send_parts(state.sock, encode_simple(CREDIT, state.collector_id, state.received_seq), zmq.NOBLOCK)
+            state.credited_seq = state.received_seq
+        except zmq.Again:
+            pass
 
     def _drain_control(self, poller: zmq.Poller) -> None:
         for _ in range(DRAIN_PER_SOCKET):
@@ -285,7 +306,7 @@ class ConsolidationThread(threading.Thread):
         # Local means "connected over loopback", not "same hostname": a collector in another network
         # namespace or container shares the hostname but cannot be assumed to share /tmp.
         local = _is_loopback(peer) and host == self.hostname and self.config.transport.local_transport == "ipc"
-        sock = self._socket(zmq.PULL)
+        sock = self._socket(zmq.DEALER)  # data up, CREDIT down; one peer, so DEALER routes like PUSH/PULL
         sock.rcvhwm = self.config.transport.recv_hwm
         if self.config.transport.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
             sock.rcvbuf = self.config.transport.socket_buffer_bytes
@@ -319,6 +340,7 @@ class ConsolidationThread(threading.Thread):
                 raise ProtocolError("bad_frame_count", "empty")
             if header.collector != state.collector_id:
                 raise ProtocolError("collector_mismatch", f"{header.collector} on {state.collector_id}'s socket")
+            state.received_seq = max(state.received_seq, header.seq)  # read, even if rejected below: credit it
             if header.seq <= state.last_seq:
                 raise ProtocolError("stale_seq", f"{header.seq} <= {state.last_seq}")
             if header.weight_version > self.latest_weight_version():

@@ -35,9 +35,11 @@ SOLVED = 475.0
 class InProcessLink:
     """The collector's Link, delivering straight into the replay (no sockets, no lag)."""
 
-    def __init__(self, replay: ReplayBuffer, returns: collections.deque) -> None:
+    def __init__(self, replay: ReplayBuffer, returns: collections.deque, delay_chunks: int = 0) -> None:
         self.weight_version = 0
         self.replay, self.returns = replay, returns
+        self.delayed: collections.deque = collections.deque()
+        self.delay_chunks = delay_chunks
 
     def poll_head(self) -> None:
         pass
@@ -49,7 +51,10 @@ class InProcessLink:
         return False
 
     def send_chunk(self, chunk) -> bool:
-        self.replay.add_chunk(chunk)
+        """Delivers the chunk sent delay_chunks sends ago: models data queued in sockets."""
+        self.delayed.append(chunk)
+        while len(self.delayed) > self.delay_chunks:
+            self.replay.add_chunk(self.delayed.popleft())
         return True
 
     def send_episode(self, summary) -> bool:
@@ -65,6 +70,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--delay-chunks", type=int, default=0,
+                    help="chunks each collector keeps in flight before they reach the replay (models transport lag)")
     ns = ap.parse_args()
     argv = ["--env", "CartPole-v1", "--profile", "cpu", "--seed", str(ns.seed), "--run-dir", "/tmp/cartpole-sync",
             "--set", "learner.prefetch=false"]
@@ -78,7 +85,7 @@ def main() -> None:
     returns: collections.deque = collections.deque(maxlen=cfg.logging.episode_window)
     c = cfg.collectors
     collectors = [Collector(cfg, i, collector_epsilon(i, c.count, c.eps_base, c.eps_alpha),
-                            InProcessLink(replay, returns)) for i in range(c.count)]
+                            InProcessLink(replay, returns, ns.delay_chunks)) for i in range(c.count)]
 
     def push_weights() -> None:
         state = learner.online.state_dict()
@@ -102,7 +109,7 @@ def main() -> None:
             best = max(best, mean)
             solved = steps if mean >= SOLVED else None
     learner.close()
-    print(json.dumps({"seed": ns.seed, "overrides": ns.overrides, "steps_to_475": solved, "best_mean_return_20": best,
+    print(json.dumps({"seed": ns.seed, "overrides": ns.overrides, "delay_chunks": ns.delay_chunks, "steps_to_475": solved, "best_mean_return_20": best,
                       "updates": learner.updates, "wall_s": round(time.time() - t0, 1)}))
 
 

@@ -111,6 +111,11 @@ class TransportConfig:
     # when the insert gate holds collectors back: with CartPole-sized chunks (~1 KB) the OS default queues
     # ~3,400 chunks per TCP collector, 4096 queues ~20; Mario chunks (~270 KB) need no tuning.
     socket_buffer_bytes: int = 0
+    # Credit-based flow control: a collector sends a chunk only while fewer than this many of its chunks
+    # are unacknowledged (the head sends CREDIT on the data socket as it reads). 0 = off (Ape-X: the HWMs
+    # and kernel buffers alone bound the queue). Unlike byte buffers it bounds staleness exactly: data in
+    # flight <= (max_chunks_in_flight + envs_per_collector) * chunk_steps transitions per collector.
+    max_chunks_in_flight: int = 0
     head_timeout_s: float = 10.0  # collectors exit when the head is silent this long
     stall_timeout_s: float = 30.0  # head restarts a collector silent this long
 
@@ -319,6 +324,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
     _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
     _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
+    _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
     _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
     _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
 

@@ -21,7 +21,7 @@ import numpy as np
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 
 MAGIC = b"MAPX"
-VERSION = 1
+VERSION = 2  # 2: data sockets are DEALER <-> DEALER and carry CREDIT back
 
 HELLO = 1
 WELCOME = 2
@@ -32,10 +32,13 @@ WEIGHTS = 6
 HEAD_HEARTBEAT = 7
 BYE = 8
 STOP = 9
-MESSAGE_TYPES = {HELLO, WELCOME, TRANSITION_CHUNK, EPISODE_SUMMARY, HEARTBEAT, WEIGHTS, HEAD_HEARTBEAT, BYE, STOP}
+CREDIT = 10
+MESSAGE_TYPES = {HELLO, WELCOME, TRANSITION_CHUNK, EPISODE_SUMMARY, HEARTBEAT, WEIGHTS, HEAD_HEARTBEAT, BYE, STOP,
+                 CREDIT}
 TYPE_NAMES = {
     HELLO: "HELLO", WELCOME: "WELCOME", TRANSITION_CHUNK: "TRANSITION_CHUNK", EPISODE_SUMMARY: "EPISODE_SUMMARY",
     HEARTBEAT: "HEARTBEAT", WEIGHTS: "WEIGHTS", HEAD_HEARTBEAT: "HEAD_HEARTBEAT", BYE: "BYE", STOP: "STOP",
+    CREDIT: "CREDIT",
 }
 
 # magic, version, type, ndim, collector, seq, count, dtype code, flags(reserved), reserved,
@@ -165,7 +168,7 @@ def encode_episode(summary: EpisodeSummary, collector: int, seq: int, weight_ver
 
 
 def encode_simple(msg_type: int, collector: int = 0, seq: int = 0, weight_version: int = 0) -> list[bytes]:
-    """HEARTBEAT / HEAD_HEARTBEAT / BYE / STOP: the header alone."""
+    """HEARTBEAT / HEAD_HEARTBEAT / BYE / STOP / CREDIT: the header alone."""
     return [Header(msg_type, collector, seq, weight_version=weight_version).pack()]
 
 
@@ -294,7 +297,7 @@ def decode(parts: Sequence[Any], spec: ObsSpec | None = None) -> Message:
     if t in (HELLO, WELCOME):
         _expect_parts(parts, 2)
         return Message(header, _decode_json(parts[1]))
-    if t in (HEARTBEAT, HEAD_HEARTBEAT, BYE, STOP):
+    if t in (HEARTBEAT, HEAD_HEARTBEAT, BYE, STOP, CREDIT):
         _expect_parts(parts, 1)
         return Message(header)
     raise ProtocolError("unexpected_type", TYPE_NAMES.get(t, str(t)))

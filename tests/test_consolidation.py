@@ -85,10 +85,10 @@ def counting_chunks(count: int, stream: int = 0) -> list[TransitionChunk]:
 
 
 class Head:
-    """A running consolidation thread plus a registered raw PUSH socket to poke it with."""
+    """A running consolidation thread plus a registered raw data socket to poke it with."""
 
     def __init__(self, replay, config: Config | None = None, version: Callable[[], int] = lambda: 5,
-                 curve=None) -> None:
+                 curve=None, raw_socket: bool = True) -> None:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         self.thread = ConsolidationThread(self.config, replay, SPEC, {"local": "inproc://w", "remote": "inproc://w"},
@@ -97,11 +97,12 @@ class Head:
         self.replay = replay
         self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
         self.cid = self.welcome.collector_id
-        self.push = self.ctx.socket(zmq.PUSH)
+        self.push = self.ctx.socket(zmq.DEALER)  # the head binds a DEALER per collector
         self.push.linger = 0
         if curve is not None:
             curve.apply(self.push)
-        self.push.connect(self.welcome.data_endpoint)
+        if raw_socket:  # off when a real HeadLink takes the endpoint (a second peer would get half the CREDITs)
+            self.push.connect(self.welcome.data_endpoint)
         self.seq = 0
 
     def next_seq(self) -> int:
@@ -349,17 +350,17 @@ def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
     from actors.client import HeadLink
 
     config = small_config(local_transport="tcp", socket_buffer_bytes=socket_buffer_bytes)
-    head = Head(RecordingSink(), config)
+    head = Head(RecordingSink(), config, raw_socket=False)
     try:
         head.thread.admit = lambda: False  # the learner is "behind": nothing is read from data sockets
         time.sleep(0.25)  # let a round that began before the gate shut (poll up to 100 ms) finish
         link = HeadLink(head.ctx, head.welcome)
-        assert link.push.sndbuf == (socket_buffer_bytes or link.push.sndbuf)
+        assert link.data.sndbuf == (socket_buffer_bytes or link.data.sndbuf)
         message = P.encode_simple(P.HEARTBEAT, head.cid, 1, 5)
         sent, stalled_since = 0, None
         while sent < limit:
             try:
-                link.push.send_multipart(message, zmq.NOBLOCK)
+                link.data.send_multipart(message, zmq.NOBLOCK)
                 sent, stalled_since = sent + 1, None
             except zmq.Again:  # the TCP connection may still be coming up or draining: give it 0.3 s
                 stalled_since = stalled_since or time.monotonic()

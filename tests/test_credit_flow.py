@@ -1,0 +1,127 @@
+"""Credit-based flow control (transport.max_chunks_in_flight) over real sockets and a real HeadLink.
+
+Why it exists: with the insert gate shut, whatever sits in socket buffers is stale by the time
+the learner reads it. Credits bound it by chunks, not bytes: a collector holds its next chunk
+(and so stops stepping) until the head has read all but N of the earlier ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import zmq
+
+from actors.client import HeadLink
+from shared import protocol as P
+from tests.test_consolidation import Head, RecordingSink, counting_chunks, small_config
+
+
+def _wait(predicate, timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _credits(sock: zmq.Socket, timeout_ms: int = 1000) -> list[int]:
+    """Every CREDIT sequence number that arrives within timeout_ms of the first poll."""
+    out = []
+    while sock.poll(timeout_ms):
+        header = P.decode_header(sock.recv_multipart()[0])
+        assert header.msg_type == P.CREDIT
+        out.append(header.seq)
+        timeout_ms = 100
+    return out
+
+
+def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -> None:
+    config = small_config(local_transport="tcp", max_chunks_in_flight=2, head_timeout_s=60.0)
+    sink = RecordingSink()
+    head = Head(sink, config, raw_socket=False)
+    gate_open = threading.Event()
+    head.thread.admit = gate_open.is_set  # the learner is "behind": nothing is read
+    stop = threading.Event()
+    link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
+    chunks = counting_chunks(6)
+    results: list[bool] = []
+
+    def send_all() -> None:
+        for chunk in chunks:
+            ok = link.send_chunk(chunk)
+            results.append(ok)
+            if not ok:
+                return
+
+    sender = threading.Thread(target=send_all)
+    try:
+        time.sleep(0.25)  # a round that began before the gate shut (poll up to 100 ms) has finished
+        sender.start()
+        _wait(lambda: link.seq == 2, what="the first two chunks")
+        time.sleep(0.5)
+        assert link.seq == 2 and len(results) == 2, "a third chunk went out without credit"
+        assert list(link.unacked_chunks) == [1, 2] and sink.chunks == []
+        gate_open.set()
+        sender.join(10)
+        assert not sender.is_alive() and results == [True] * 6
+        _wait(lambda: len(sink.chunks) == 6, what="all six chunks in the replay")
+        link.poll_head()
+        _wait(lambda: (link.poll_head(), not link.unacked_chunks)[1], what="the last credit")
+        assert link.credit_wait_s > 0.4
+        assert head.thread.stats().rejected == 0
+    finally:
+        stop.set()
+        sender.join(5) if sender.is_alive() else None
+        link.close()
+        head.close()
+
+
+def test_a_collector_waiting_for_credit_exits_on_stop() -> None:
+    config = small_config(local_transport="tcp", max_chunks_in_flight=1, head_timeout_s=60.0)
+    head = Head(RecordingSink(), config, raw_socket=False)
+    head.thread.admit = lambda: False
+    stop = threading.Event()
+    link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
+    try:
+        time.sleep(0.25)
+        chunks = counting_chunks(2)
+        assert link.send_chunk(chunks[0])
+        stop.set()
+        assert link.send_chunk(chunks[1]) is False  # returns instead of waiting forever
+        assert link.seq == 1
+    finally:
+        link.close()
+        head.close()
+
+
+def test_rejected_messages_are_credited_too() -> None:
+    """A chunk the head refuses still leaves the collector's window, or a buggy chunk would wedge it."""
+    config = small_config(max_chunks_in_flight=4)
+    head = Head(RecordingSink(refuse=True), config)
+    try:
+        before = head.handled()
+        for chunk in counting_chunks(3):
+            head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 0))
+        head.wait_handled(before, 3)
+        assert head.thread.stats().rejected == 3
+        assert max(_credits(head.push)) == 3
+    finally:
+        head.close()
+
+
+def test_no_credit_traffic_when_the_limit_is_off() -> None:
+    head = Head(RecordingSink(), small_config())
+    try:
+        before = head.handled()
+        for chunk in counting_chunks(3):
+            head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 0))
+        head.wait_handled(before, 3)
+        assert _credits(head.push, timeout_ms=300) == []
+    finally:
+        head.close()
+
+
+def test_credit_is_a_header_only_message() -> None:
+    parts = P.encode_simple(P.CREDIT, 7, 42)
+    msg = P.decode(parts)
+    assert (msg.header.msg_type, msg.header.collector, msg.header.seq) == (P.CREDIT, 7, 42)
