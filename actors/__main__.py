@@ -67,8 +67,8 @@ def run_one(args: argparse.Namespace) -> int:
         collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
         reason = collector.run()
         t = collector.timing
-        log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time", welcome.collector_id,
-                 reason, t.steps, 100 * t.overhead_frac if t.env_s else 0.0)
+        log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time, %.1f s waiting for credit",
+                 welcome.collector_id, reason, t.steps, 100 * t.overhead_frac if t.env_s else 0.0, link.credit_wait_s)
         return 0
     except RegistrationError as exc:
         log.error("registration failed: %s", exc)

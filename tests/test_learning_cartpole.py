@@ -5,12 +5,12 @@ parts together learn (collectors -> ZeroMQ -> prioritized replay -> learner -> w
 The head runs as a subprocess with the out-of-the-box CartPole defaults (learner/cli.py), a
 fixed seed, a 100k env-step budget and `--target-return 475` (it stops by itself once solved).
 
-What is asserted, honestly: the mean return of the last 20 episodes reaches 195 (CartPole-v0's
-"solved" level; a random policy scores ~22) within the budget, which every distributed run
-measured so far did. The issue's stricter goal, 475 within 100k steps, is reached in only part of
-the runs (the seed does not make a multi-process run deterministic), so it is measured by
-scripts/cartpole_race.py and reported in BENCHMARKS.md instead of being a flaky CI gate; this
-test prints whether this run reached it.
+What is asserted: the run starts near random (a random policy scores ~22), the mean return of
+the last 20 episodes reaches 475 within 100k env steps, and the head stopped itself for that
+reason. CleanRL's single-process DQN never gets there within 100k steps (BENCHMARKS.md). A
+multi-process run is not deterministic even with a fixed seed (thread and socket timing decide
+which transitions each update samples); with the credit-based flow control of the CartPole
+defaults, 9 of the 10 seeds measured solved it (BENCHMARKS.md). Wall time is printed, not asserted.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from tests.cluster_helpers import children_of, kill_tree, read_metrics, start_he
 SEED = 1
 MAX_ENV_STEPS = 100_000
 SOLVED_RETURN = 475.0
-LEARNED_RETURN = 195.0
 RANDOM_POLICY_RETURN = 22.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -62,11 +61,9 @@ def test_cartpole_learns_through_the_whole_system(tmp_path: Path) -> None:
     rows = [r for r in read_metrics(run_dir) if r.get("mean_return_20") is not None and r["env_steps"] <= MAX_ENV_STEPS]
     assert rows, "no episode statistics within the step budget"
     assert rows[0]["mean_return_20"] < 4 * RANDOM_POLICY_RETURN, rows[0]  # it starts out random...
-    learned = [r for r in rows if r["mean_return_20"] >= LEARNED_RETURN]
     best = max(r["mean_return_20"] for r in rows)
-    assert learned, f"mean return of the last 20 episodes never reached {LEARNED_RETURN} within {MAX_ENV_STEPS} " \
-                    f"env steps (best {best})"  # ...and learns
-    solved = summary["reason"] == "target_return" and summary["env_steps"] <= MAX_ENV_STEPS
-    outcome = f"reached at env_steps={summary['env_steps']}" if solved else "not reached"
-    print(f"reached {LEARNED_RETURN} at env_steps={learned[0]['env_steps']}; best mean {best:.1f}; "
-          f"475 {outcome} in {summary['elapsed_s']:.1f} s")
+    assert summary["reason"] == "target_return" and summary["env_steps"] <= MAX_ENV_STEPS, \
+        f"mean return of the last 20 episodes never reached {SOLVED_RETURN} within {MAX_ENV_STEPS} env steps " \
+        f"(best {best:.1f}): {summary}"  # ...and learns
+    print(f"mean return {SOLVED_RETURN} reached at env_steps={summary['env_steps']} after {summary['updates']} "
+          f"updates in {summary['elapsed_s']:.1f} s (head run time)")
