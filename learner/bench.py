@@ -309,7 +309,14 @@ def _stop_after_first_data(path: Path, seconds: float, stop: threading.Event, do
 
 
 def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
-    """env_steps/s and updates/s between the first metrics row with data and the last row."""
+    """env_steps/s and updates/s from the first metrics row with data to the last row where data arrived.
+
+    Why both ends sit on arrivals: the head counts env steps when a chunk lands, i.e. in bursts of
+    envs_per_collector * chunk_steps per collector. A window ending between bursts would count
+    the time of a partial period but none of its steps: up to one whole period too little (~25%
+    of a 4 s --quick window), while the baselines count every step as it happens. Between two
+    rows that each follow an arrival lie whole periods only. updates/s uses the same window.
+    """
     try:
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
@@ -325,12 +332,15 @@ def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
         return {"first_data_after_s": rows[first]["time"] - rows[0]["time"]}
     if first >= len(rows) - 1:
         return {"why": f"{len(rows)} metrics rows, fewer than 2 from the first data on"}
-    a, b = rows[first], rows[-1]
+    last = max(i for i in range(first, len(rows)) if i == first or rows[i]["env_steps"] > rows[i - 1]["env_steps"])
+    if last == first:
+        return {"why": "no env steps arrived after the first data row"}
+    a, b = rows[first], rows[last]
     dt = b["time"] - a["time"]
     if dt <= 0 or b["env_steps"] <= a["env_steps"]:
         return {"why": "no env steps arrived after the first data row"}
     out: dict[str, Any] = {"env_steps_per_s": (b["env_steps"] - a["env_steps"]) / dt, "window_s": dt,
-                           "first_data_after_s": a["time"] - rows[0]["time"], "rows": len(rows) - first}
+                           "first_data_after_s": a["time"] - rows[0]["time"], "rows": last - first + 1}
     if isinstance(a.get("updates"), (int, float)) and isinstance(b.get("updates"), (int, float)):
         out["updates_per_s"] = (b["updates"] - a["updates"]) / dt
     return out

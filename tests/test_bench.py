@@ -152,6 +152,18 @@ def test_steady_rate_starts_at_the_first_data_row(tmp_path):
     assert "no readable" in bench.steady_rates(tmp_path / "missing.jsonl")["why"]
 
 
+def test_steady_rate_window_ends_at_the_last_arrival(tmp_path):
+    """Chunks land in bursts: trailing rows without an arrival must not dilute the rate."""
+    rows = [{"time": 0.0, "env_steps": 0}]
+    rows += [{"time": 0.5 * i, "env_steps": 128 * ((i + 1) // 2)} for i in range(1, 11)]  # 128 per s, a burst every s
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert rows[-1]["env_steps"] == rows[-2]["env_steps"]  # the run ended between bursts
+    steady = bench.steady_rates(path)
+    assert steady["env_steps_per_s"] == pytest.approx(128.0)  # ending at rows[-1] would give 512 / 4.5 s
+    assert steady["window_s"] == pytest.approx(4.0)
+
+
 def test_pipeline_failure_is_an_explicit_error(monkeypatch, tmp_path):
     def run_training(*args, **kwargs):
         raise RuntimeError("head exploded")
