@@ -44,7 +44,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
 
 # What each headline figure means, printed as the table's last column (units included).
 DESCRIPTIONS: dict[str, str] = {
-    "emulator_ceiling_sps": "raw emulator agent steps/s, all collectors, no learning",
+    "emulator_ceiling_sps": "raw emulator agent steps/s, all collectors, no learning (mean of before/after the pipeline)",
     "project_env_sps": "env factory env (what collectors step), random actions, no learning",
     "naive_pipeline_sps": "seed design: mp.Queue + deque replay, training (transitions/s)",
     "naive_drain_sps": "seed design, learner only drains (transitions/s)",

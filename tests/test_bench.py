@@ -129,6 +129,33 @@ def test_pipeline_figures_are_steady_rates_from_the_head(monkeypatch, tmp_path):
     assert "[PROGRESS]" in Path(data["details"]["pipeline"]["stdout_log"]).read_text()
 
 
+def test_ceiling_brackets_the_pipeline_and_the_headline_is_the_mean(monkeypatch, tmp_path):
+    """The ceiling is read before and after the pipeline phases: machine drift cancels in the ratio."""
+    order = []
+
+    def run_emulator_ceiling(env, counts, k, seconds, project_counts=()):
+        order.append("ceiling")
+        sps = 200.0 if len(order) == 1 else 300.0  # the machine got faster meanwhile
+        return {"raw": {n: {"sps": sps} for n in counts}, "project": {n: {"sps": sps} for n in project_counts}}
+
+    def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True, stop_event=None):
+        order.append("train" if train else "drain")
+        rows = [{"time": 0.0, "env_steps": 0}, {"time": 1.0, "env_steps": 100}, {"time": 3.0, "env_steps": 600}]
+        Path(run_dir).mkdir(parents=True)
+        (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"env_steps": 600, "elapsed_s": 3.0, "env_steps_per_s": 200.0, "updates": 0, "updates_per_s": 0.0}
+
+    _fake_module(monkeypatch, "learner.bench_baselines", run_emulator_ceiling=run_emulator_ceiling)
+    _fake_module(monkeypatch, "learner.head", run_training=run_training)
+    data = _run(monkeypatch, tmp_path, "--quick", "--seconds", "0.5",
+                *[a for p in ("naive", "components", "sweep") for a in ("--skip", p)])
+    assert order == ["ceiling", "drain", "train", "ceiling"]
+    assert data["emulator_ceiling_sps"] == pytest.approx(250.0)
+    assert data["pipeline_efficiency"] == pytest.approx(250.0 / 250.0)
+    after = data["details"]["ceiling_after"]
+    assert (after["before_sps"], after["after_sps"], after["drift"]) == (200.0, 300.0, pytest.approx(1.5))
+
+
 def test_pipeline_without_steady_window_is_null_not_startup_diluted(monkeypatch, tmp_path):
     def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True):
         return {"env_steps": 0, "elapsed_s": 14.0, "env_steps_per_s": 0.0, "updates": 0, "updates_per_s": 0.0}
