@@ -119,7 +119,7 @@ def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
         "learner.prefetch": "false",  # a 5 ms MLP update loses more to the GIL than it gains (195 vs 142 upd/s)
         "learner.weight_broadcast_every": "25",  # a 0.5 MB MLP is cheap to publish: fresher collector policies
         # Credit-based flow control: a collector holds its next chunk until the head has read all but 2
-        # (measured data lag 25 updates median vs 100-300 with 4 KB TCP buffers; solved 3/3 seeds vs 1/3)
+        # (data lag 25 updates median vs 100-300 with 4 KB TCP buffers; 16/17 runs solved vs 1/3; BENCHMARKS.md)
         "transport.max_chunks_in_flight": "2",
     }
     return cfg.with_overrides([f"{k}={v}" for k, v in defaults.items() if k not in given])
