@@ -14,14 +14,8 @@ import zmq
 
 from actors.client import HeadLink
 from shared import protocol as P
+from tests.cluster_helpers import wait_for
 from tests.test_consolidation import Head, RecordingSink, counting_chunks, small_config
-
-
-def _wait(predicate, timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def _credits(sock: zmq.Socket, timeout_ms: int = 1000) -> list[int]:
@@ -57,21 +51,26 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
     try:
         time.sleep(0.25)  # a round that began before the gate shut (poll up to 100 ms) has finished
         sender.start()
-        _wait(lambda: link.seq == 2, what="the first two chunks")
+        assert wait_for(lambda: link.seq == 2, 10, 0.005), "the first two chunks were not sent"
         time.sleep(0.5)
         assert link.seq == 2 and len(results) == 2, "a third chunk went out without credit"
         assert list(link.unacked_chunks) == [1, 2] and sink.chunks == []
         gate_open.set()
         sender.join(10)
         assert not sender.is_alive() and results == [True] * 6
-        _wait(lambda: len(sink.chunks) == 6, what="all six chunks in the replay")
-        link.poll_head()
-        _wait(lambda: (link.poll_head(), not link.unacked_chunks)[1], what="the last credit")
+        assert wait_for(lambda: len(sink.chunks) == 6, 10, 0.005), "not all six chunks reached the replay"
+
+        def all_credited() -> bool:
+            link.poll_head()
+            return not link.unacked_chunks
+
+        assert wait_for(all_credited, 10, 0.005), "the last credit never arrived"
         assert link.credit_wait_s > 0.4
         assert head.thread.stats().rejected == 0
     finally:
         stop.set()
-        sender.join(5) if sender.is_alive() else None
+        if sender.is_alive():
+            sender.join(5)
         link.close()
         head.close()
 
