@@ -40,6 +40,11 @@ class EnvConfig:
     # unscaled). Adam moves Q by roughly a fixed amount per update, so Q values of ~100 (CartPole's
     # +1 per step at gamma 0.99) take far longer to reach than ~1: scale them down for such envs.
     reward_scale: float = 1.0
+    # Largest |reward| (after reward_scale) the head accepts; a chunk with a bigger one is rejected
+    # (reward_out_of_range). Keeps n-step returns, TD errors and priorities finite (|R_n| <= 64x this):
+    # higher admits envs with huge rewards, lower catches a broken collector sooner.
+    max_abs_reward: float = 1e6
+    max_abs_obs: float = 1e6  # largest |value| of a float observation the head accepts (integer frames unchecked)
     life_loss_terminal: bool = True  # end episodes on life loss: denser signal, shorter episodes
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
     seed: int = 0  # base seed; each collector/env derives its own from it
@@ -269,6 +274,8 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _choice("env.action_set", e.action_set, ACTION_SETS)
     _int_range("env.frame_skip", e.frame_skip, 1, 16)
     _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
+    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30, lo_open=True)  # 64 x 1e30 << float32 max
+    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30, lo_open=True)
     _int_range("env.frame_size", e.frame_size, 16, 256)
     _int_range("env.frame_stack", e.frame_stack, 1, 16)
     _int_range("env.max_episode_steps", e.max_episode_steps, 1)

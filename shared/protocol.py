@@ -60,6 +60,17 @@ MAX_NDIM = 4
 MAX_STREAMS = 65_536
 MAX_PAYLOAD_BYTES = 512 * 2**20  # one chunk's frames
 MAX_JSON_BYTES = 1 * 2**20
+MAX_JSON_DEPTH = 32  # nested objects/arrays in a JSON frame; HELLO needs 1, deeper is an attack or a bug
+# Value bounds. n-step returns are summed in float64 and stored as float32 (shared/chunk.py): with
+# |r| <= 1e6, gamma <= 1 and n <= 64 (config limits) a return stays below 6.4e7, far from float32's
+# 3.4e38, and so do the TD errors and priorities computed from it. ObsSpec carries the bounds so the
+# head can take them from config (env.max_abs_reward, env.max_abs_obs); these are the defaults.
+DEFAULT_MAX_ABS_REWARD = 1e6  # per-step reward as sent (already multiplied by env.reward_scale)
+DEFAULT_MAX_ABS_OBS = 1e6  # float observations only; integer frames (uint8 Mario) cannot overflow
+MAX_ABS_EPISODE_RETURN = 1e15  # EPISODE_SUMMARY return (float64, unscaled; only averaged for logs)
+MAX_HELLO_STRING = 256  # HELLO "host"
+MAX_HELLO_NONCE = 64  # HELLO "nonce" (collectors send a 32-character uuid4 hex)
+MAX_HELLO_INT = 2**31 - 1  # HELLO "pid" / "slot" / "envs" upper bound
 KNOWN_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
 ZERO_COPY_MIN_BYTES = 64 * 1024  # pyzmq: copying small frames is cheaper than tracking them
 
@@ -93,12 +104,15 @@ class Header:
 
 @dataclass(frozen=True)
 class ObsSpec:
-    """What the receiver expects of chunks: one observation's shape/dtype and the action count."""
+    """What the receiver expects of chunks: one observation's shape/dtype, the action count, and
+    the value bounds (|reward| <= max_abs_reward; float observations finite and |x| <= max_abs_obs)."""
 
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
     num_actions: int
     max_streams: int = MAX_STREAMS
+    max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
+    max_abs_obs: float = DEFAULT_MAX_ABS_OBS
 
 
 @dataclass(frozen=True)
@@ -200,17 +214,69 @@ def _expect_parts(parts: Sequence[Any], n: int) -> None:
         raise ProtocolError("bad_frame_count", f"{len(parts)} != {n}")
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # json.loads accepts NaN/Infinity by default
+
+
+def _json_depth_exceeds(data: Any, limit: int) -> bool:
+    """True if `data` nests objects/arrays deeper than `limit` (iterative: no recursion to exhaust)."""
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def _decode_json(part: Any) -> dict[str, Any]:
+    """One UTF-8 JSON object: at most MAX_JSON_BYTES, MAX_JSON_DEPTH levels deep, no NaN/Infinity."""
     buf = _buf(part)
     if len(buf) > MAX_JSON_BYTES:
         raise ProtocolError("json_too_large")
     try:
-        data = json.loads(bytes(buf).decode("utf-8"))
+        data = json.loads(bytes(buf).decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:  # the C scanner recurses per nesting level; 1 MiB of "[" exhausts the stack
+        raise ProtocolError("bad_json", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("bad_json") from None
     if not isinstance(data, dict):
         raise ProtocolError("bad_json", "not an object")
+    if _json_depth_exceeds(data, MAX_JSON_DEPTH):  # shallower than the stack limit, still too deep
+        raise ProtocolError("bad_json", f"nested deeper than {MAX_JSON_DEPTH} levels")
     return data
+
+
+def validate_hello(payload: Any) -> dict[str, Any]:
+    """The HELLO fields a collector may send, checked and with defaults filled in.
+
+    Returns exactly {"host": str, "pid": int, "slot": int, "nonce": str, "envs": int}; missing
+    keys get "", 0, -1, "", 0; unknown keys are ignored. Raises ProtocolError("bad_hello", detail)
+    naming the field for: host not a printable str of at most MAX_HELLO_STRING characters, nonce
+    not a printable str of at most MAX_HELLO_NONCE, pid/envs not an int in [0, MAX_HELLO_INT],
+    slot not an int in [-1, MAX_HELLO_INT] (bools are not ints here). Printable: a peer's
+    strings end up in log lines, so no newlines or escape sequences.
+    """
+    if not isinstance(payload, dict):
+        raise ProtocolError("bad_hello", f"payload is {type(payload).__name__}, expected a JSON object")
+    out: dict[str, Any] = {}
+    for key, default, limit in (("host", "", MAX_HELLO_STRING), ("nonce", "", MAX_HELLO_NONCE)):
+        value = payload.get(key, default)
+        if not isinstance(value, str):
+            raise ProtocolError("bad_hello", f"{key} is {type(value).__name__}, expected a string")
+        if len(value) > limit:
+            raise ProtocolError("bad_hello", f"{key} has {len(value)} characters, allowed at most {limit}")
+        if not value.isprintable():
+            raise ProtocolError("bad_hello", f"{key}={value[:40]!r} has non-printable characters")
+        out[key] = value
+    for key, default, lo in (("pid", 0, 0), ("slot", -1, -1), ("envs", 0, 0)):
+        value = payload.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= MAX_HELLO_INT:
+            shown = repr(value) if isinstance(value, (int, float, bool)) else type(value).__name__
+            raise ProtocolError("bad_hello", f"{key}={shown[:40]}, allowed an integer in [{lo}, {MAX_HELLO_INT}]")
+        out[key] = value
+    return out
 
 
 def _array(part: Any, dtype: np.dtype, count: int, name: str) -> np.ndarray:
@@ -251,8 +317,14 @@ def decode_chunk(header: Header, parts: Sequence[Any], spec: ObsSpec | None = No
     rewards = _array(parts[3], np.dtype("<f4"), count, "rewards")
     flags = _array(parts[4], np.dtype(np.uint8), count, "flags")
     priorities = _array(parts[5], np.dtype("<f4"), count, "priorities")
-    if not np.isfinite(rewards).all():
-        raise ProtocolError("nonfinite_reward")
+    max_reward = spec.max_abs_reward if spec is not None else DEFAULT_MAX_ABS_REWARD
+    if not (np.abs(rewards) <= max_reward).all():  # one pass; NaN compares False, so it fails here too
+        _explain_rewards(rewards, max_reward)
+    if dtype.kind == "f":  # one vectorized pass per bound, no temporaries; integer frames need none
+        max_obs = spec.max_abs_obs if spec is not None else DEFAULT_MAX_ABS_OBS
+        lo, hi = frames.min(), frames.max()  # NaN propagates through min/max and fails both tests
+        if not (lo >= -max_obs and hi <= max_obs):
+            _explain_obs(frames, max_obs)
     if not np.isfinite(priorities).all():
         raise ProtocolError("nonfinite_priority")
     if (priorities < 0).any():
@@ -271,6 +343,24 @@ def decode_chunk(header: Header, parts: Sequence[Any], spec: ObsSpec | None = No
     return TransitionChunk(header.stream, header.first_start, frames, actions, rewards, flags, priorities)
 
 
+def _explain_rewards(rewards: np.ndarray, bound: float) -> None:
+    bad = np.flatnonzero(~np.isfinite(rewards))
+    if bad.size:
+        raise ProtocolError("nonfinite_reward", f"rewards[{bad[0]}]={rewards[bad[0]]}")
+    bad = np.flatnonzero(np.abs(rewards) > bound)
+    raise ProtocolError("reward_out_of_range", f"rewards[{bad[0]}]={rewards[bad[0]]:.6g}, allowed |r| <= {bound:g}")
+
+
+def _explain_obs(frames: np.ndarray, bound: float) -> None:
+    per_frame = frames.reshape(len(frames), -1)
+    bad = np.flatnonzero(~np.isfinite(per_frame).all(axis=1))
+    if bad.size:
+        raise ProtocolError("nonfinite_obs", f"frame {bad[0]} has a NaN or infinite value")
+    bad = np.flatnonzero((np.abs(per_frame) > bound).any(axis=1))
+    value = per_frame[bad[0]][np.argmax(np.abs(per_frame[bad[0]]))]
+    raise ProtocolError("obs_out_of_range", f"frame {bad[0]} has value {value:.6g}, allowed |x| <= {bound:g}")
+
+
 def decode_episode(header: Header, parts: Sequence[Any]) -> EpisodeSummary:
     _expect_parts(parts, 2)
     buf = _buf(parts[1])
@@ -279,6 +369,8 @@ def decode_episode(header: Header, parts: Sequence[Any]) -> EpisodeSummary:
     stream, length, ret, x_pos, flag_get, world, stage = EPISODE.unpack(buf)
     if not math.isfinite(ret):
         raise ProtocolError("nonfinite_reward", "episode return")
+    if abs(ret) > MAX_ABS_EPISODE_RETURN:
+        raise ProtocolError("reward_out_of_range", f"episode return {ret:.6g}, allowed |r| <= {MAX_ABS_EPISODE_RETURN:g}")
     if flag_get > 1:
         raise ProtocolError("bad_flags", "flag_get")
     return EpisodeSummary(stream, length, ret, x_pos, bool(flag_get), world, stage)

@@ -174,3 +174,143 @@ def test_corrupted_header_bytes_only_raise_protocol_error(offset: int, value: in
             P.decode(parts, SPEC)
         except P.ProtocolError:
             pass
+
+
+FLOAT_SPEC = P.ObsSpec((4,), np.dtype(np.float32), 2)  # as the head builds it: default value bounds
+
+
+def float_chunk(frames: np.ndarray | None = None, rewards: np.ndarray | None = None,
+                dtype: str = "<f4") -> TransitionChunk:
+    f = 6
+    actions = np.zeros(f, np.int32)
+    actions[-1] = NO_ACTION
+    flags = np.zeros(f, np.uint8)
+    flags[0] = FLAG_FIRST
+    obs = np.linspace(-1, 1, f * 4).reshape(f, 4).astype(dtype) if frames is None else frames.astype(dtype)
+    rew = np.ones(f, np.float32) if rewards is None else rewards.astype(np.float32)
+    return TransitionChunk(0, 0, obs, actions, rew, flags, np.ones(f, np.float32))
+
+
+def _obs_with(value: float, at: tuple[int, int] = (3, 2)) -> np.ndarray:
+    frames = np.zeros((6, 4), np.float64)
+    frames[at] = value
+    return frames
+
+
+@pytest.mark.parametrize("frames,rewards,spec,reason", [
+    (_obs_with(np.nan), None, FLOAT_SPEC, "nonfinite_obs"),
+    (_obs_with(np.inf), None, FLOAT_SPEC, "nonfinite_obs"),
+    (_obs_with(-np.inf), None, FLOAT_SPEC, "nonfinite_obs"),
+    (_obs_with(3e38), None, FLOAT_SPEC, "obs_out_of_range"),
+    (_obs_with(-1.5e6), None, FLOAT_SPEC, "obs_out_of_range"),
+    (_obs_with(11.0), None, P.ObsSpec((4,), np.dtype(np.float32), 2, max_abs_obs=10.0), "obs_out_of_range"),
+    (None, np.array([0, 3.4e38, 0, 0, 0, 0]), FLOAT_SPEC, "reward_out_of_range"),
+    (None, np.array([0, 0, -2e6, 0, 0, 0]), FLOAT_SPEC, "reward_out_of_range"),
+    (None, np.array([0, 0, 0, 0, 11, 0]), P.ObsSpec((4,), np.dtype(np.float32), 2, max_abs_reward=10.0),
+     "reward_out_of_range"),
+    (None, np.array([0, 0, np.nan, 0, 0, 0]), FLOAT_SPEC, "nonfinite_reward"),
+    (_obs_with(3e38), None, None, "obs_out_of_range"),  # no spec: the default bounds still apply
+    (None, np.array([0, 3.4e38, 0, 0, 0, 0]), None, "reward_out_of_range"),
+])
+def test_chunk_value_bounds(frames, rewards, spec, reason) -> None:
+    """The reproduced crash: NaN / ~3e38 observations or a 3.4e38 reward must never reach the replay."""
+    parts = as_bytes(P.encode_chunk(float_chunk(frames, rewards), 1, 1, 0))
+    assert _reason(parts, spec) == reason
+
+
+def test_chunk_value_bounds_accept_the_limits_and_skip_integer_frames() -> None:
+    at_limit = float_chunk(_obs_with(1e6), np.array([1e6, -1e6, 0, 0, 0, 0]))
+    got = P.decode(as_bytes(P.encode_chunk(at_limit, 1, 1, 0)), FLOAT_SPEC).payload
+    assert got.frames.max() == np.float32(1e6) and got.rewards.min() == np.float32(-1e6)
+    half = float_chunk(_obs_with(65504.0), dtype="<f2")  # float16's largest finite value
+    assert P.decode(as_bytes(P.encode_chunk(half, 1, 1, 0)), P.ObsSpec((4,), np.dtype("<f2"), 2)).payload
+    assert _reason(as_bytes(P.encode_chunk(float_chunk(_obs_with(np.inf), dtype="<f2"), 1, 1, 0)),
+                   P.ObsSpec((4,), np.dtype("<f2"), 2)) == "nonfinite_obs"
+    full = make_chunk()  # uint8 frames of 255 everywhere: no value bound applies to integer observations
+    full = TransitionChunk(full.stream, full.first_start, np.full_like(full.frames, 255), full.actions, full.rewards,
+                           full.flags, full.priorities)
+    assert P.decode(as_bytes(P.encode_chunk(full, 1, 1, 0)), SPEC).payload.frames.min() == 255
+
+
+def test_value_errors_name_the_frame_and_value() -> None:
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(as_bytes(P.encode_chunk(float_chunk(_obs_with(3e38)), 1, 1, 0)), FLOAT_SPEC)
+    assert exc.value.detail == "frame 3 has value 3e+38, allowed |x| <= 1e+06"
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(as_bytes(P.encode_chunk(float_chunk(rewards=np.array([0, 0, 5e6, 0, 0, 0])), 1, 1, 0)),
+                 FLOAT_SPEC)
+    assert exc.value.detail == "rewards[2]=5e+06, allowed |r| <= 1e+06"
+
+
+def test_episode_return_bounds() -> None:
+    ok = P.EpisodeSummary(0, 1, -P.MAX_ABS_EPISODE_RETURN)
+    assert P.decode(P.encode_episode(ok, 1, 1, 0)).payload == ok
+    assert _reason(P.encode_episode(P.EpisodeSummary(0, 1, 3.4e38), 1, 1, 0)) == "reward_out_of_range"
+    assert _reason(P.encode_episode(P.EpisodeSummary(0, 1, float("-inf")), 1, 1, 0)) == "nonfinite_reward"
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def test_json_nesting_depth_is_bounded() -> None:
+    head = P.encode_json(P.HELLO, {})[0]
+    assert P.decode([head, _nested(P.MAX_JSON_DEPTH)]).payload["a"]  # exactly the limit: accepted
+    assert _reason([head, _nested(P.MAX_JSON_DEPTH + 1)]) == "bad_json"
+    assert _reason([head, b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"]) == "bad_json"  # RecursionError
+    assert _reason([head, b'{"a": ' + b"[" * (P.MAX_JSON_BYTES - 8)]) == "bad_json"  # unterminated, 1 MiB deep
+    assert _reason([head, b'{"pid": NaN}']) == "bad_json"
+    assert _reason([head, b'{"pid": -Infinity}']) == "bad_json"
+    brackets_in_strings = b'{"host": "' + b"[{" * 1000 + b'"}'  # brackets inside a string are not nesting
+    assert P.decode([head, brackets_in_strings]).payload["host"] == "[{" * 1000
+
+
+GOOD_HELLO = {"host": "mario-box", "pid": 4242, "slot": 3, "nonce": "0123456789abcdef0123456789abcdef", "envs": 8}
+
+
+def test_validate_hello_accepts_the_collector_hello_and_fills_defaults() -> None:
+    msg = P.decode(P.encode_json(P.HELLO, {**GOOD_HELLO, "future_field": [1]}))
+    assert P.validate_hello(msg.payload) == GOOD_HELLO
+    assert P.validate_hello({}) == {"host": "", "pid": 0, "slot": -1, "nonce": "", "envs": 0}
+    edge = {"host": "h" * P.MAX_HELLO_STRING, "nonce": "n" * P.MAX_HELLO_NONCE, "pid": P.MAX_HELLO_INT, "slot": -1}
+    assert P.validate_hello(edge)["host"] == "h" * 256
+
+
+@pytest.mark.parametrize("field,value,detail", [
+    ("host", "h" * 257, "host has 257 characters, allowed at most 256"),
+    ("host", 7, "host is int, expected a string"),
+    ("host", "evil\nFAKE LOG LINE", "non-printable"),
+    ("nonce", "n" * 65, "nonce has 65 characters, allowed at most 64"),
+    ("nonce", ["x"], "nonce is list, expected a string"),
+    ("pid", "12", "pid=str, allowed an integer in [0, 2147483647]"),
+    ("pid", 1.5, "pid=1.5, allowed an integer in [0, 2147483647]"),
+    ("pid", True, "pid=True, allowed"),
+    ("pid", -5, "pid=-5, allowed"),
+    ("slot", -2, "slot=-2, allowed an integer in [-1, 2147483647]"),
+    ("slot", 10**30, "slot=1000000000000000000000000000000, allowed"),
+    ("slot", None, "slot=NoneType, allowed"),
+    ("envs", {"a": 1}, "envs=dict, allowed"),
+])
+def test_validate_hello_rejects_each_bad_field(field, value, detail) -> None:
+    with pytest.raises(P.ProtocolError) as exc:
+        P.validate_hello({**GOOD_HELLO, field: value})
+    assert exc.value.reason == "bad_hello" and detail in exc.value.detail
+
+
+def test_validate_hello_rejects_a_non_object() -> None:
+    with pytest.raises(P.ProtocolError, match="bad_hello: payload is list"):
+        P.validate_hello([GOOD_HELLO])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=300),
+                    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
+                                                                                         max_size=4), max_leaves=40),
+       st.sampled_from(["host", "pid", "slot", "nonce", "envs"]))
+def test_validate_hello_only_raises_protocol_error(value, field) -> None:
+    try:
+        out = P.validate_hello({**GOOD_HELLO, field: value})
+    except P.ProtocolError as exc:
+        assert exc.reason == "bad_hello"
+    else:
+        assert set(out) == set(GOOD_HELLO) and isinstance(out[field], (int, str))
