@@ -45,6 +45,9 @@ from shared.batch import SampleBatch
 from shared.chunk import stack_indices
 
 MAX_REDRAW_ROUNDS = 10_000  # consecutive stale redraws before sample() gives up
+# Largest |TD| that becomes a priority: (1e30 + eps) ** alpha summed over 2**31 leaves stays far inside
+# float64, so the tree's total (and every sampling probability) stays finite whatever the learner reports.
+MAX_PRIORITY_TD = 1e30
 
 
 class SegmentReader:
@@ -61,6 +64,7 @@ class SegmentReader:
         self.seg_abs = np.full(storage.capacity, -1, dtype=np.int64)
         self.count = 0  # slots with a positive leaf (sampleable transitions)
         self.stale_rows_resampled = 0  # rows redrawn because the writer overwrote them mid-gather
+        self.nonfinite_priorities_skipped = 0  # |TD| values that were NaN/inf: those rows keep their priority
         self.rng = np.random.default_rng(seed)
         self.out_pool = int(out_pool)
         self._pools: dict[int, list[torch.Tensor]] = {}
@@ -215,9 +219,12 @@ class SegmentReader:
             raise ValueError(f"update_priorities: {indices.size} indices but {td.size} td values")
         if not self.prioritized or indices.size == 0:
             return
-        if not np.all(np.isfinite(td)):
-            bad = int(np.flatnonzero(~np.isfinite(td))[0])
-            raise ValueError(f"update_priorities: td_abs[{bad}]={td[bad]} is not finite")
+        # A NaN/inf |TD| (a diverged or poisoned batch) must never reach the tree: one NaN leaf makes the
+        # total NaN and every later sample() fail. Those rows keep their old priority and are counted.
+        finite = np.isfinite(td)
+        if not finite.all():
+            self.nonfinite_priorities_skipped += int(td.size - np.count_nonzero(finite))
+            indices, td = indices[finite], td[finite]
         self.drain()
         cap = self.storage.capacity
         slots = indices % cap
@@ -225,4 +232,5 @@ class SegmentReader:
         current = (seg >= 0) & (seg + (slots - seg % cap) == indices) & (self.tree.leaves(slots) > 0.0)
         if not current.all():
             slots, td = slots[current], td[current]
-        self.tree.set(slots, (np.abs(td) + self.priority_eps) ** self.alpha)
+        td = np.minimum(np.abs(td), MAX_PRIORITY_TD)
+        self.tree.set(slots, (td + self.priority_eps) ** self.alpha)

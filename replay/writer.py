@@ -43,6 +43,11 @@ from shared.chunk import (
 )
 
 _ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
+# |reward| the replay stores. n-step returns are summed in float64 and stored as float32: any n below
+# 3e8 keeps sum_k gamma^k r_k (gamma <= 1) under float32's 3.4e38, so returns, TD errors and priorities
+# stay finite. The head's protocol bound (env.max_abs_reward, default 1e6) is far tighter; this is the
+# replay's own last line for chunks that reach it some other way.
+MAX_ABS_REWARD = 1e30
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,8 @@ class SegmentRecord:
 
 def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype, stack: int,
                    max_frames: int) -> None:
-    """Raise ValueError naming the first inconsistency between the chunk's arrays."""
+    """Raise ValueError naming the first inconsistency between the chunk's arrays or a value the
+    learner cannot use (non-finite float observations, rewards beyond MAX_ABS_REWARD)."""
     frames = np.asarray(chunk.frames)
     num = frames.shape[0] if frames.ndim else -1
     if tuple(frames.shape[1:]) != tuple(obs_shape) or num < 1:
@@ -71,6 +77,9 @@ def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype
         raise ValueError(f"chunk frames have dtype {frames.dtype}; the replay stores {obs_dtype}")
     if num > max_frames:
         raise ValueError(f"chunk has {num} frames; the replay accepts at most max_chunk_frames={max_frames}")
+    if frames.dtype.kind == "f" and not (np.isfinite(frames.min()) and np.isfinite(frames.max())):
+        bad = int(np.flatnonzero(~np.isfinite(frames.reshape(num, -1)).all(axis=1))[0])  # NaN propagates to min/max
+        raise ValueError(f"chunk frames[{bad}] has a NaN or infinite value; observations must be finite")
     for name, arr, kinds in (("actions", chunk.actions, "iu"), ("rewards", chunk.rewards, "fiu"),
                              ("flags", chunk.flags, "iu"), ("priorities", chunk.priorities, "fiu")):
         a = np.asarray(arr)
@@ -91,7 +100,7 @@ def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype
         and not (end == FLAG_END).any()
         and not ((end != 0) & (actions == NO_ACTION)).any()
         and not (((flags[1:] & FLAG_FIRST) != 0) & (actions[:-1] != NO_ACTION)).any()
-        and np.isfinite(rewards).all()
+        and (np.abs(rewards) <= MAX_ABS_REWARD).all()  # NaN compares False: non-finite fails here too
         and np.isfinite(prio).all()
         and prio.min() >= 0
     ):
@@ -127,6 +136,11 @@ def _explain_bad_values(chunk: TransitionChunk, actions: np.ndarray, flags: np.n
         bad = np.flatnonzero(~np.isfinite(a))
         if bad.size:
             raise ValueError(f"chunk {name}[{bad[0]}]={a[bad[0]]} is not finite")
+    rewards = np.asarray(chunk.rewards)
+    bad = np.flatnonzero(np.abs(rewards) > MAX_ABS_REWARD)
+    if bad.size:
+        raise ValueError(f"chunk rewards[{bad[0]}]={rewards[bad[0]]:.6g} is invalid: allowed |reward| <= "
+                         f"{MAX_ABS_REWARD:g} (keeps n-step returns finite in float32)")
     bad = np.flatnonzero(np.asarray(chunk.priorities) < 0)
     if bad.size:
         raise ValueError(f"chunk priorities[{bad[0]}]={chunk.priorities[bad[0]]} is negative")

@@ -164,6 +164,10 @@ def test_chunk_without_complete_transition_stores_nothing() -> None:
                            np.array([1, 0, 0, 2], np.uint8), c.priorities), "NO_ACTION"),
     (lambda c: c.__class__(c.stream, 0, c.frames, c.actions, np.array([1, np.nan, 0, 0], np.float32), c.flags,
                            c.priorities), "not finite"),
+    (lambda c: c.__class__(c.stream, 0, c.frames, c.actions, np.array([1, 3.4e38, 0, 0], np.float32), c.flags,
+                           c.priorities), r"rewards\[1\]=3\.4e\+38 is invalid: allowed \|reward\| <= 1e\+30"),
+    (lambda c: c.__class__(c.stream, 0, c.frames, c.actions, np.array([1, 1, -2e30, 0], np.float32), c.flags,
+                           c.priorities), r"rewards\[2\]=-2e\+30 is invalid"),
     (lambda c: c.__class__(c.stream, 0, c.frames, c.actions, c.rewards, np.zeros(4, np.uint8), c.priorities),
      "history frames"),
     (lambda c: c.__class__(c.stream, 0, c.frames[:, :2], c.actions, c.rewards, c.flags, c.priorities),
@@ -319,3 +323,43 @@ def test_len_is_safe_from_any_thread_and_matches_the_tree() -> None:
         assert len(buf._writer.records) == pending
         buf._reader.drain()
         assert n == buf._reader.count
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_float_frames_must_be_finite(bad: float) -> None:
+    frames = np.arange(12, dtype=np.float32).reshape(4, 3)
+    good = TransitionChunk(0, 0, frames, np.array([0, 1, 0, NO_ACTION], np.int32), np.ones(4, np.float32),
+                           np.array([FLAG_FIRST, 0, 0, 0], np.uint8), np.ones(4, np.float32))
+    buf = ReplayBuffer(64, (3,), np.float32, 1, 1, 0.9)
+    poisoned = frames.copy()
+    poisoned[2, 1] = bad
+    with pytest.raises(ValueError, match=r"chunk frames\[2\] has a NaN or infinite value"):
+        buf.add_chunk(TransitionChunk(0, 0, poisoned, good.actions, good.rewards, good.flags, good.priorities))
+    assert buf.transitions_added == 0
+    assert buf.add_chunk(good) == 3  # finite float frames of any size below the bound are fine
+    big = TransitionChunk(0, 0, np.full((4, 3), 3e38, np.float32), good.actions, good.rewards, good.flags,
+                          good.priorities)
+    assert buf.add_chunk(big) == 3
+
+
+def test_nonfinite_priority_updates_are_skipped_and_counted() -> None:
+    """What raised in the head: an inf |TD| from an overflowed n-step return. It must never reach the tree."""
+    c = _chunk([FLAG_FIRST, 0, 0, 0, 0], [0, 1, 2, 3, NO_ACTION], [1, 1, 1, 1, 0])
+    buf = ReplayBuffer(16, SHAPE, np.uint8, 2, 1, 0.9, alpha=0.5, priority_eps=0.01, seed=3)
+    buf.add_chunk(c)
+    b = buf.sample(4, beta=1.0)
+    order = np.argsort(b.indices)
+    idx = b.indices[order]
+    assert sorted(idx % 16) == [0, 1, 2, 3]
+    before = buf._reader.tree.leaves(idx % 16).copy()
+    buf.update_priorities(idx, np.array([np.nan, np.inf, 1e300, 3.0]))
+    leaves = buf._reader.tree.leaves(idx % 16)
+    np.testing.assert_array_equal(leaves[:2], before[:2])  # NaN / inf rows keep their priority
+    np.testing.assert_allclose(leaves[2:], [(1e30 + 0.01) ** 0.5, (3.0 + 0.01) ** 0.5])  # huge |TD| clamped
+    assert buf._reader.nonfinite_priorities_skipped == 2
+    assert np.isfinite(buf._reader.tree.total)
+    buf.check_valid()
+    batch = buf.sample(8, beta=1.0)
+    assert torch.all(torch.isfinite(batch.weights)) and float(batch.weights.max()) == 1.0
+    buf.update_priorities(batch.indices, torch.full((8,), float("nan")))  # the learner's tensor form too
+    assert buf._reader.nonfinite_priorities_skipped == 10
