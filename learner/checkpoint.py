@@ -4,7 +4,8 @@ Layout of ``run_dir/checkpoint/`` (only the latest is kept):
 
     meta.json       format version, geometry (obs_shape, obs_dtype, stack, num_actions, hidden,
                     dueling), counters, python/numpy RNG states, and size + sha256 of every
-                    file below; written last, so its presence marks a complete checkpoint
+                    .pt file and every file under replay/; written last, so its presence marks
+                    a complete checkpoint
     config.json     the run's Config (Config.to_json())
     model.pt        {"online": state_dict, "target": state_dict}
     optimizer.pt    Adam state_dict
@@ -18,13 +19,18 @@ and ``checkpoint.old`` removed. A crash between the two renames leaves ``checkpo
 which `find_checkpoint` falls back to. Reading uses ``torch.load(weights_only=True)``: only
 tensors and plain containers, never code. Every failure is a `CheckpointError` naming the
 file and what is wrong (missing, truncated, hash mismatch, missing key, shape mismatch,
-different geometry).
+different geometry, a wrongly typed meta.json field).
+
+Non-finite weights are never written and never loaded: `save_checkpoint` refuses a model or
+optimizer state holding NaN/inf (a diverged learner must not overwrite the last good
+checkpoint), and `load_checkpoint` refuses such a file, so `--resume` cannot restart from one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -32,7 +38,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -41,6 +47,7 @@ FORMAT_VERSION = 1
 DIR_NAME = "checkpoint"
 OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
+REPLAY_DIR = "replay"
 
 
 class CheckpointError(RuntimeError):
@@ -90,6 +97,44 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+# ---------------------------------------------------------------------- finiteness
+def _floating_tensors(obj: Any, prefix: str) -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) for every floating tensor in nested dicts/lists, e.g. 'optimizer/state/3/exp_avg'."""
+    out: list[tuple[str, torch.Tensor]] = []
+    stack: list[tuple[str, Any]] = [(prefix, obj)]
+    while stack:
+        name, node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() or node.is_complex():
+                out.append((name, node))
+        elif isinstance(node, Mapping):
+            stack.extend((f"{name}/{k}", v) for k, v in reversed(list(node.items())))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{name}/{i}", v) for i, v in reversed(list(enumerate(node))))
+    return out
+
+
+def nonfinite_report(obj: Any, prefix: str) -> str | None:
+    """None when every floating tensor in `obj` (a state dict, or nested dicts/lists of tensors) is
+    finite; else '<prefix>/<name>: N of M values' for the first one holding NaN/inf, plus how many
+    more do. One host sync per device the tensors live on."""
+    named = _floating_tensors(obj, prefix)
+    counts: list[int] = [0] * len(named)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(named):
+        by_device.setdefault(t.device, []).append(i)
+    for idx in by_device.values():
+        per = torch.stack([(~torch.isfinite(named[i][1].detach())).sum() for i in idx]).tolist()
+        for i, n in zip(idx, per, strict=True):
+            counts[i] = int(n)
+    bad = [i for i, n in enumerate(counts) if n]
+    if not bad:
+        return None
+    name, t = named[bad[0]]
+    more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
+    return f"{name}: {counts[bad[0]]} of {t.numel()} values{more}"
+
+
 # ---------------------------------------------------------------------- writing
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
@@ -116,8 +161,20 @@ def _fsync_dir(path: Path) -> None:
 
 
 def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: Any = None) -> Path:
-    """Write `data` (and `replay.save()` when given) atomically to run_dir/checkpoint/; returns it."""
+    """Write `data` (and `replay.save()` when given) atomically to run_dir/checkpoint/; returns it.
+
+    CheckpointError, before anything is written, when a model or optimizer tensor is non-finite.
+    """
     run = Path(run_dir)
+    for prefix in ("online", "target"):
+        bad = nonfinite_report(data.model.get(prefix, {}), prefix)
+        if bad:
+            raise CheckpointError(f"{run / DIR_NAME}: not written, non-finite weights in {bad} "
+                                  f"(the previous checkpoint is kept)")
+    bad = nonfinite_report(data.optimizer, "optimizer")
+    if bad:
+        raise CheckpointError(f"{run / DIR_NAME}: not written, non-finite optimizer state in {bad} "
+                              f"(the previous checkpoint is kept)")
     run.mkdir(parents=True, exist_ok=True)
     tmp = run / f".checkpoint.tmp-{os.getpid()}"
     if tmp.exists():
@@ -137,7 +194,10 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
             files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
         (tmp / "config.json").write_text(data.config_json)
         if replay is not None:
-            replay.save(tmp / "replay")
+            replay.save(tmp / REPLAY_DIR)
+            for path in sorted(p for p in (tmp / REPLAY_DIR).rglob("*") if p.is_file()):
+                _fsync_file(path)
+                files[path.relative_to(tmp).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
         meta = {
             "format": FORMAT_VERSION,
             "created_unix": time.time(),
@@ -176,44 +236,166 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     raise CheckpointError(f"{p}: no checkpoint found (expected {p / DIR_NAME / 'meta.json'})")
 
 
-def _torch_load(path: Path, info: Mapping[str, Any] | None) -> Any:
+def _verify_file(path: Path, info: Mapping[str, Any] | None) -> None:
+    """The file exists and, when meta.json recorded it, has the recorded size and sha256."""
     if not path.is_file():
         raise CheckpointError(f"{path}: file missing from the checkpoint")
     if info is not None:
         size = path.stat().st_size
-        if size != info.get("bytes"):
-            raise CheckpointError(f"{path}: {size} bytes but meta.json records {info.get('bytes')} (truncated or replaced)")
-        if _sha256(path) != info.get("sha256"):
+        if size != info["bytes"]:
+            raise CheckpointError(f"{path}: {size} bytes but meta.json records {info['bytes']} (truncated or replaced)")
+        if _sha256(path) != info["sha256"]:
             raise CheckpointError(f"{path}: sha256 differs from meta.json (file is corrupt)")
+
+
+def _torch_load(path: Path, info: Mapping[str, Any] | None) -> Any:
+    _verify_file(path, info)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable/unsafe files
         raise CheckpointError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
 
 
-def load_checkpoint(path: str | os.PathLike) -> CheckpointData:
-    """Read and verify a checkpoint (not the replay); `path` is a run dir or a checkpoint dir."""
-    ckpt = find_checkpoint(path)
-    meta_path = ckpt / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{meta_path}: unreadable ({exc})") from exc
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_meta(meta: Any, meta_path: Path) -> None:
+    """Every field load_checkpoint and the learner read has the type they expect (CheckpointError naming it)."""
+
+    def bad(name: str, value: Any, allowed: str) -> NoReturn:
+        raise CheckpointError(f"{meta_path}: {name}={_short(value)} is invalid: allowed {allowed}")
+
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise CheckpointError(f"{meta_path}: format {got!r}, this code reads format {FORMAT_VERSION}")
     for key in ("geometry", "counters", "files"):
         if key not in meta:
             raise CheckpointError(f"{meta_path}: missing key {key!r}")
+    if not isinstance(meta["geometry"], dict):
+        bad("geometry", meta["geometry"], "an object of obs_shape, obs_dtype, stack, num_actions, hidden, dueling")
+    counters = meta["counters"]
+    if not isinstance(counters, dict):
+        bad("counters", counters, "an object of counter name -> number")
+    for key, value in counters.items():
+        if not _is_number(value) or not math.isfinite(value):
+            bad(f"counters.{key}", value, "a finite number")
+    files = meta["files"]
+    if not isinstance(files, dict):
+        bad("files", files, "an object of file name -> {bytes, sha256}")
+    for name, info in files.items():
+        parts = name.split("/")
+        if name not in TORCH_FILES and not (len(parts) > 1 and parts[0] == REPLAY_DIR and ".." not in parts
+                                           and "" not in parts and "\\" not in name):
+            bad(f"files[{name!r}]", info, f"only entries for {', '.join(TORCH_FILES)} and {REPLAY_DIR}/<file>")
+        if not isinstance(info, dict):
+            bad(f"files[{name!r}]", info, "an object {\"bytes\": int, \"sha256\": str}")
+        size, digest = info.get("bytes"), info.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            bad(f"files[{name!r}].bytes", size, "a non-negative integer")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            bad(f"files[{name!r}].sha256", digest, "64 lowercase hex digits")
+    if not isinstance(meta.get("has_replay", False), bool):
+        bad("has_replay", meta["has_replay"], "true or false")
+    rng = meta.get("rng")
+    if rng is None:
+        return
+    if not isinstance(rng, dict):
+        bad("rng", rng, "an object with python and numpy generator states")
+    if rng.get("python") is not None:
+        try:
+            version, state, gauss = rng["python"]
+            if gauss is not None and not _is_number(gauss):
+                raise TypeError("gauss")
+            random.Random().setstate((int(version), tuple(int(x) for x in state), gauss))
+        except (TypeError, ValueError, OverflowError):
+            bad("rng.python", rng["python"], "random.getstate() as [version, [625 ints], gauss]")
+    if rng.get("numpy") is not None:
+        try:
+            name, keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.RandomState().set_state((str(name), np.asarray(keys, dtype=np.uint32), int(pos),
+                                               int(has_gauss), float(cached)))
+        except (TypeError, ValueError, OverflowError):
+            bad("rng.numpy", rng["numpy"], "numpy.random.get_state() as [name, [624 ints], pos, has_gauss, cached]")
+
+
+def _check_torch_rng(rng_t: Any, path: Path) -> dict[str, Any]:
+    """rng.pt's {"torch": ByteTensor, "cuda": [ByteTensor, ...]}, validated so restore_rng cannot fail."""
+    if not isinstance(rng_t, dict):
+        raise CheckpointError(f"{path}: expected a dict with 'torch' and 'cuda' generator states")
+    state, cuda = rng_t.get("torch"), rng_t.get("cuda", [])
+    if state is not None:
+        try:
+            torch.Generator().set_state(state)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: 'torch' is not a CPU generator state ({exc})") from exc
+    if not isinstance(cuda, (list, tuple)) or not all(
+            isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
+        raise CheckpointError(f"{path}: 'cuda' must be a list of uint8 generator states")
+    return {"torch": state, "cuda": list(cuda)}
+
+
+def _verify_replay(ckpt: Path, files: Mapping[str, Any]) -> None:
+    """Every replay file exists with its recorded size and sha256, and no unrecorded file is there."""
+    root = ckpt / REPLAY_DIR
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: missing, but meta.json says the checkpoint includes the replay")
+    recorded = {name: info for name, info in files.items() if name.startswith(REPLAY_DIR + "/")}
+    if not recorded:
+        return  # written before replay files were hashed: replay.restore still checks shapes and invariants
+    for name, info in sorted(recorded.items()):
+        _verify_file(ckpt / name, info)
+    extra = sorted(p.relative_to(ckpt).as_posix() for p in root.rglob("*") if p.is_file()
+                   and p.relative_to(ckpt).as_posix() not in recorded)
+    if extra:
+        raise CheckpointError(f"{ckpt / extra[0]}: not recorded in meta.json (the replay was modified after saving)")
+
+
+def load_checkpoint(path: str | os.PathLike, verify_replay: bool = False) -> CheckpointData:
+    """Read and verify a checkpoint; `path` is a run dir or a checkpoint dir.
+
+    The replay is not read; with `verify_replay` its files are checked against meta.json (sizes
+    and sha256: reads the whole replay once). CheckpointError for any missing, corrupt or wrongly
+    typed part, and for non-finite weights or optimizer state.
+    """
+    ckpt = find_checkpoint(path)
+    meta_path = ckpt / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CheckpointError(f"{meta_path}: unreadable ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    _check_meta(meta, meta_path)
     files = meta["files"]
     loaded = {name: _torch_load(ckpt / name, files.get(name)) for name in TORCH_FILES}
     model = loaded["model.pt"]
-    if not isinstance(model, dict) or "online" not in model or "target" not in model:
+    if not isinstance(model, dict) or not isinstance(model.get("online"), dict) or not isinstance(
+            model.get("target"), dict):
         raise CheckpointError(f"{ckpt / 'model.pt'}: expected a dict with 'online' and 'target' state dicts")
+    for prefix in ("online", "target"):
+        bad = nonfinite_report(model[prefix], prefix)
+        if bad:
+            raise CheckpointError(f"{ckpt / 'model.pt'}: non-finite weights in {bad}; refusing to resume from it")
+    for name in ("optimizer.pt", "scaler.pt"):
+        if not isinstance(loaded[name], dict):
+            raise CheckpointError(f"{ckpt / name}: expected a state dict, got {type(loaded[name]).__name__}")
+    bad = nonfinite_report(loaded["optimizer.pt"], "optimizer")
+    if bad:
+        raise CheckpointError(f"{ckpt / 'optimizer.pt'}: non-finite optimizer state in {bad}; refusing to resume")
+    rng_t = _check_torch_rng(loaded["rng.pt"], ckpt / "rng.pt")
     config_path = ckpt / "config.json"
-    config_json = config_path.read_text() if config_path.is_file() else "{}"
-    rng_t = loaded["rng.pt"] if isinstance(loaded["rng.pt"], dict) else {}
-    rng = {**(meta.get("rng") or {}), "torch": rng_t.get("torch"), "cuda": rng_t.get("cuda", [])}
+    try:
+        config_json = config_path.read_text() if config_path.is_file() else "{}"
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{config_path}: unreadable ({type(exc).__name__}: {exc})") from exc
+    has_replay = bool(meta.get("has_replay", False))
+    if has_replay and verify_replay:
+        _verify_replay(ckpt, files)
+    rng = {**(meta.get("rng") or {}), **rng_t}
     rng = {k: v for k, v in rng.items() if v is not None}
     return CheckpointData(
         geometry=meta["geometry"],
@@ -223,7 +405,7 @@ def load_checkpoint(path: str | os.PathLike) -> CheckpointData:
         counters=meta["counters"],
         config_json=config_json,
         rng=rng,
-        has_replay=bool(meta.get("has_replay")) and (ckpt / "replay").is_dir(),
+        has_replay=has_replay and (ckpt / REPLAY_DIR).is_dir(),
         path=ckpt,
     )
 

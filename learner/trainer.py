@@ -15,6 +15,16 @@ state dict and must copy what it keeps (WeightPublisher.publish does one CPU cop
 
 Thread use: `maybe_train`, `train_step`, `stats`, checkpointing and `close` are called from
 one thread (the head's training loop); the prefetch thread is the replay's reader thread.
+
+Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped: weights and
+optimizer state stay as they were, it is counted (`stats()["skipped_updates"]`) and warned about
+once. Where the decision is made: on CPU on the host (free); on CUDA on the device without a
+host sync -- fp16 folds a non-finite loss into the gradients so the GradScaler's own inf check
+skips the step, bf16/fp32 hand the flag to the fused Adam kernel (`found_inf`, the mechanism
+GradScaler uses); an optimizer without that support falls back to one host sync per update.
+Priorities are not written back for a batch known on the host to be skipped; on the device
+path they are, and the replay drops non-finite |TD| values. Weights holding NaN/inf are never
+handed to `on_weights` (a refused broadcast is counted) nor written to a checkpoint.
 """
 
 from __future__ import annotations
@@ -100,6 +110,15 @@ class Learner:
         self.samples = 0
         self.broadcasts = 0
         self.weight_version = -1  # last version handed to on_weights; -1 = none yet
+        # non-finite updates (see the module docstring): host-known skips, plus a device-side count read
+        # when stats() refreshes (no per-update sync), and broadcasts refused for non-finite weights
+        self._skipped_host = 0
+        self._skipped_dev = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._skipped_dev_seen = 0
+        self._skip_warned = False
+        self.broadcasts_refused = 0
+        self._device_skip = self.device.type == "cuda" and bool(getattr(self.optimizer, "_step_supports_amp_scaling",
+                                                                        False))
         # compile
         self._fwd_online: Any = self.online
         self._fwd_target: Any = self.target
@@ -173,38 +192,94 @@ class Learner:
         td = td_parts[0] if len(td_parts) == 1 else torch.cat(td_parts)
         return loss_total, td, q_total
 
-    def _apply_update(self, batch: SampleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One optimizer step on `batch` (no host sync); returns (loss, td_abs, q_sum, grad_norm)."""
+    def _apply_update(
+        self, batch: SampleBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
+        """One optimizer step on `batch`; returns (loss, td_abs, q_sum, grad_norm, applied).
+
+        A non-finite loss or gradient norm skips the step (see the module docstring). `applied` is a
+        Python bool where that was decided on the host, else a 0-dim bool tensor on the device (no sync).
+        """
         self.optimizer.zero_grad(set_to_none=True)
         loss, td, q_sum = self._forward_backward(batch)
+        if self.precision.use_scaler:
+            # x + 0 * loss is x, or NaN when the loss is NaN/inf: the scaler's inf check sees gradients only,
+            # and the Huber gradient stays finite even for an infinite target
+            grad = next((p.grad for p in self.params if p.grad is not None), None)
+            if grad is not None:
+                grad.add_(loss * 0.0)
         self.scaler.unscale_(self.optimizer)
-        grad_norm = clip_gradients(self.params, self.lc.max_grad_norm)
-        self.scaler.step(self.optimizer)
+        grad_norm = clip_gradients(self.params, self.lc.max_grad_norm).detach()
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        applied: bool | torch.Tensor
+        if self.precision.use_scaler:
+            self.scaler.step(self.optimizer)  # skipped by the scaler when a gradient is non-finite
+            applied = finite
+        elif self._device_skip:
+            opt: Any = self.optimizer
+            opt.grad_scale, opt.found_inf = None, (~finite).to(torch.float32)  # fused Adam skips when 1
+            try:
+                opt.step()
+            finally:
+                del opt.grad_scale, opt.found_inf
+            applied = finite
+        else:
+            applied = bool(finite)  # host decision: free on CPU, one sync on CUDA without fused Adam
+            if applied:
+                self.optimizer.step()
         self.scaler.update()
-        return loss, td, q_sum, grad_norm.detach()
+        return loss, td, q_sum, grad_norm, applied
 
-    def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
         self._ensure_initial_broadcast()
         source = self._ensure_source()
         t0 = time.perf_counter()
         batch = source.get()
-        loss, td, q_sum, grad_norm = self._apply_update(batch)
-        source.update_priorities(batch.indices, td)
+        loss, td, q_sum, grad_norm, applied = self._apply_update(batch)
+        if applied is False:  # known on the host: nothing learned from this batch, its priorities stay
+            self._skipped_host += 1
+            self._warn_skipped(float(loss), float(grad_norm))
+        else:
+            source.update_priorities(batch.indices, td)  # the replay drops non-finite |TD| (device path)
         self.updates += 1
         self.samples += len(batch)
         sync_target(self.target, self.online, self.updates, self.lc.target_update_every, self.lc.polyak_tau)
         if self.updates % self.lc.weight_broadcast_every == 0:
             self.broadcast()
-        self.meter.add(loss, td.sum(), q_sum, grad_norm, len(batch), time.perf_counter() - t0)
-        return loss, td, q_sum, grad_norm
+        metered = torch.stack([loss, td.sum(), q_sum, grad_norm])
+        if isinstance(applied, torch.Tensor):  # keep NaN out of the meter's running sums, count on the device
+            metered = torch.where(applied, metered, 0.0)
+            self._skipped_dev += ~applied
+        elif not applied:
+            metered = torch.zeros_like(metered)
+        self.meter.add(metered[0], metered[1], metered[2], metered[3], len(batch), time.perf_counter() - t0)
+        return loss, td, q_sum, grad_norm, applied
+
+    def _warn_skipped(self, loss: float | None = None, grad_norm: float | None = None) -> None:
+        if self._skip_warned:
+            return
+        self._skip_warned = True
+        seen = "" if loss is None else f" (loss={loss}, grad_norm={grad_norm})"
+        warnings.warn(
+            f"learner: skipped an optimizer update whose loss or gradient norm was not finite{seen}; the weights "
+            f"are unchanged. Further skips are only counted in stats()['skipped_updates'].",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    @property
+    def skipped_updates(self) -> int:
+        """Updates skipped for a non-finite loss/gradient norm (device-side skips as of the last stats())."""
+        return self._skipped_host + self._skipped_dev_seen
 
     def train_step(self) -> dict[str, float]:
         """Exactly one optimizer update, priorities handed back; returns floats (syncs on CUDA).
 
         Ignores the ratio controller and warmup (the caller asked for exactly one update);
-        `maybe_train` is the rate-limited, sync-free entry point.
+        `maybe_train` is the rate-limited, sync-free entry point. `skipped` is 1.0 when the update
+        was skipped for a non-finite loss or gradient norm (loss etc. then show the bad values).
         """
-        loss, td, q_sum, grad_norm = self._step()
+        loss, td, q_sum, grad_norm, applied = self._step()
         return {
             "loss": float(loss),
             "td_error": float(td.mean()),
@@ -212,6 +287,7 @@ class Learner:
             "grad_norm": float(grad_norm),
             "updates": self.updates,
             "samples": self.samples,
+            "skipped": 0.0 if bool(applied) else 1.0,
         }
 
     def run_updates(self, n: int) -> None:
@@ -266,11 +342,27 @@ class Learner:
             self.broadcast()
 
     def broadcast(self) -> None:
-        """Publish the online weights as version = updates (see module docstring)."""
+        """Publish the online weights as version = updates (see module docstring).
+
+        Weights holding NaN/inf are never published: the broadcast is refused (counted in
+        `broadcasts_refused`, warned once) and collectors keep the last good version. The check
+        costs one host sync per broadcast on CUDA (the publisher's CPU copy syncs anyway).
+        """
+        if self.on_weights is None:
+            self.weight_version = self.updates
+            self.broadcasts += 1
+            return
+        state = self.online.state_dict()
+        bad = ckpt.nonfinite_report(state, "online")
+        if bad is not None:
+            self.broadcasts_refused += 1
+            if self.broadcasts_refused == 1:
+                warnings.warn(f"learner: weights not broadcast, non-finite weights in {bad}; collectors keep "
+                              f"version {self.weight_version}", RuntimeWarning, stacklevel=2)
+            return
         self.weight_version = self.updates
         self.broadcasts += 1
-        if self.on_weights is not None:
-            self.on_weights(self.updates, self.online.state_dict())
+        self.on_weights(self.updates, state)
 
     def stats(self) -> dict[str, Any]:
         """Learner metrics; means/rates over about the last logging.interval_s (see UpdateMeter).
@@ -279,8 +371,13 @@ class Learner:
         """
         refreshed_at = self.meter.last_refresh
         out: dict[str, Any] = self.meter.read(self._source.wait_s if self._source is not None else 0.0)
-        if self.precision.use_scaler and (self.meter.last_refresh != refreshed_at or self._grad_scale is None):
+        refreshed = self.meter.last_refresh != refreshed_at
+        if self.precision.use_scaler and (refreshed or self._grad_scale is None):
             self._grad_scale = float(self.scaler.get_scale())  # a host sync: only when the meter refreshed
+        if refreshed and (self.precision.use_scaler or self._device_skip):
+            self._skipped_dev_seen = int(self._skipped_dev)  # device-side skips: read with the meter's sync
+            if self._skipped_dev_seen:
+                self._warn_skipped()
         out.update({
             "updates": self.updates,
             "samples": self.samples,
@@ -292,6 +389,8 @@ class Learner:
             "precision": self.precision.name,
             "batch_per_update": self.batch_per_update,
             "transitions_added": int(self.replay.transitions_added),
+            "skipped_updates": self.skipped_updates,
+            "broadcasts_refused": self.broadcasts_refused,
         })
         # len(replay) belongs to the reader (prefetch) thread: use its last reading; before the
         # first sample (warmup <= capacity, so no wrap yet) the insert count is the size
@@ -327,19 +426,36 @@ class Learner:
         }
 
     def load_state_dict(self, state: Mapping[str, Any], where: str = "state_dict") -> None:
-        """Restore `state_dict()` output; CheckpointError on any key/shape mismatch (nothing changed then)."""
+        """Restore `state_dict()` output; CheckpointError on any key/shape/type mismatch or non-finite
+        weights (nothing changed then)."""
+        if not isinstance(state, Mapping):
+            raise ckpt.CheckpointError(f"{where}: expected a dict of online/target/optimizer/scaler/counters, "
+                                       f"got {type(state).__name__}")
         for name in ("online", "target", "optimizer", "scaler", "counters"):
             if name not in state:
                 raise ckpt.CheckpointError(f"{where}: missing {name!r}")
         ckpt.check_state_dict(self.online.state_dict(), state["online"], f"{where}[online]")
         ckpt.check_state_dict(self.target.state_dict(), state["target"], f"{where}[target]")
+        for name in ("online", "target"):
+            bad = ckpt.nonfinite_report(state[name], name)
+            if bad is not None:
+                raise ckpt.CheckpointError(f"{where}: non-finite weights in {bad}")
         self._check_optimizer_state(state["optimizer"], f"{where}[optimizer]")
+        self._check_scaler_state(state["scaler"], f"{where}[scaler]")
+        c = state["counters"]
+        bad_counter = next((k for k, v in c.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+                            or not np.isfinite(v)), None) if isinstance(c, Mapping) else "counters"
+        if bad_counter is not None:
+            raise ckpt.CheckpointError(f"{where}: counters[{bad_counter!r}] is not a finite number"
+                                       if isinstance(c, Mapping) else f"{where}: counters is not a dict")
+        try:  # first: Adam's own checks may still refuse it, and then nothing has changed
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise ckpt.CheckpointError(f"{where}[optimizer]: not loadable ({type(exc).__name__}: {exc})") from exc
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
         if self.precision.use_scaler and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
-        c = state["counters"]
         self.updates, self.samples = int(c.get("updates", 0)), int(c.get("samples", 0))
         self.broadcasts = int(c.get("broadcasts", 0))
         if self.weight_version >= 0:  # collectors already got other weights: publish the restored ones
@@ -348,14 +464,32 @@ class Learner:
     def _check_optimizer_state(self, opt_state: Any, where: str) -> None:
         if not isinstance(opt_state, Mapping) or "state" not in opt_state or "param_groups" not in opt_state:
             raise ckpt.CheckpointError(f"{where}: not an optimizer state dict")
-        ids = [i for g in opt_state["param_groups"] for i in g.get("params", [])]
+        groups, per_param = opt_state["param_groups"], opt_state["state"]
+        if (not isinstance(groups, (list, tuple)) or not isinstance(per_param, Mapping)
+                or not all(isinstance(g, Mapping) and isinstance(g.get("params", []), (list, tuple)) for g in groups)):
+            raise ckpt.CheckpointError(f"{where}: param_groups must be a list of dicts with a 'params' list and "
+                                       f"state a dict")
+        ids = [i for g in groups for i in g.get("params", [])]
         if len(ids) != len(self.params):
             raise ckpt.CheckpointError(f"{where}: {len(ids)} parameters in checkpoint vs {len(self.params)} in learner")
         for pid, param in zip(ids, self.params, strict=True):
-            for key, t in (opt_state["state"].get(pid) or {}).items():
+            entry = per_param.get(pid) if isinstance(pid, (int, str)) else None
+            if entry is not None and not isinstance(entry, Mapping):
+                raise ckpt.CheckpointError(f"{where}: state[{pid}] is {type(entry).__name__}, expected a dict")
+            for key, t in (entry or {}).items():
                 if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(param.shape):
                     raise ckpt.CheckpointError(f"{where}: shape mismatch for state[{pid}][{key}]: checkpoint "
                                                f"{tuple(t.shape)} vs parameter {tuple(param.shape)}")
+
+    def _check_scaler_state(self, scaler_state: Any, where: str) -> None:
+        if not isinstance(scaler_state, Mapping):
+            raise ckpt.CheckpointError(f"{where}: expected a dict, got {type(scaler_state).__name__}")
+        if not (self.precision.use_scaler and scaler_state):
+            return  # ignored: no scaler here, or none was saved
+        for key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
+            value = scaler_state.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise ckpt.CheckpointError(f"{where}: {key}={value!r} is not a finite number")
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, run_dir: str | Path, replay: Any = None,
@@ -379,12 +513,14 @@ class Learner:
             config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}),
             rng=ckpt.capture_rng(),
         )
-        if replay is not None and self._source is not None:
-            with self._source.pause():
+        try:  # a refused save (non-finite weights) also waits a full period before the next attempt
+            if replay is not None and self._source is not None:
+                with self._source.pause():
+                    path = ckpt.save_checkpoint(run_dir, data, replay)
+            else:
                 path = ckpt.save_checkpoint(run_dir, data, replay)
-        else:
-            path = ckpt.save_checkpoint(run_dir, data, replay)
-        self._last_checkpoint_t = time.monotonic()
+        finally:
+            self._last_checkpoint_t = time.monotonic()
         return path
 
     def maybe_checkpoint(self, run_dir: str | Path, extra_counters: Mapping[str, int | float] | None = None,
@@ -398,16 +534,20 @@ class Learner:
         """Restore from a run dir or checkpoint dir; returns the stored counters (incl. extra ones).
 
         With `replay` given and a replay in the checkpoint, the replay is restored too (the
-        caller keeps the replay's writer quiescent). CheckpointError on any mismatch.
+        caller keeps the replay's writer quiescent; its files are checked against meta.json's sizes
+        and sha256 first). CheckpointError on any mismatch, corruption or non-finite weights.
         """
-        data = ckpt.load_checkpoint(path)
+        data = ckpt.load_checkpoint(path, verify_replay=replay is not None)
         where = data.path or Path(path)
         ckpt.check_geometry(self.geometry, data.geometry, where / "meta.json")
         state = {"online": data.model["online"], "target": data.model["target"], "optimizer": data.optimizer,
                  "scaler": data.scaler, "counters": data.counters}
         self.load_state_dict(state, where=str(where / "model.pt"))
         if restore_rng:
-            ckpt.restore_rng(data.rng)
+            try:
+                ckpt.restore_rng(data.rng)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise ckpt.CheckpointError(f"{where / 'rng.pt'}: generator state not restorable ({exc})") from exc
         if replay is not None and data.has_replay:
             try:
                 if self._source is not None:
@@ -415,6 +555,6 @@ class Learner:
                         replay.restore(where / "replay")
                 else:
                     replay.restore(where / "replay")
-            except (ValueError, OSError, KeyError) as exc:
-                raise ckpt.CheckpointError(f"{where / 'replay'}: {exc}") from exc
+            except Exception as exc:  # its own ValueErrors, plus KeyError/TypeError/invariant errors on bad content
+                raise ckpt.CheckpointError(f"{where / 'replay'}: {type(exc).__name__}: {exc}") from exc
         return dict(data.counters)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import re
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from learner.checkpoint import CheckpointError, find_checkpoint
+from learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
 from tests.test_learner_fakes import FakeReplay, make_learner, small_config
 
 
@@ -165,5 +168,239 @@ def test_maybe_checkpoint_period(tmp_path) -> None:
     try:
         assert learner.maybe_checkpoint(tmp_path) is None
         assert learner.maybe_checkpoint(tmp_path, force=True) == tmp_path / "checkpoint"
+    finally:
+        learner.close()
+
+
+# ---------------------------------------------------------------------- hardening
+def _rehash(ckpt, name: str) -> None:
+    """Record `name`'s current size and sha256 in meta.json, as if the checkpoint had been written that way."""
+    meta_path = ckpt / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    data = (ckpt / name).read_bytes()
+    meta["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    meta_path.write_text(json.dumps(meta))
+
+
+def _poison_first_weight(sd: dict[str, torch.Tensor], count: int = 3) -> str:
+    name = next(k for k, v in sd.items() if v.is_floating_point() and v.numel() >= count)
+    sd[name].view(-1)[:count] = float("nan")
+    return name
+
+
+def test_save_refuses_nonfinite_weights_and_keeps_the_previous_checkpoint(tmp_path) -> None:
+    learner = make_learner()
+    try:
+        learner.run_updates(1)
+        learner.save_checkpoint(tmp_path)
+        learner.run_updates(1)
+        with torch.no_grad():
+            name = _poison_first_weight(dict(learner.online.named_parameters()))
+        total = dict(learner.online.named_parameters())[name].numel()
+        with pytest.raises(CheckpointError, match=rf"not written, non-finite weights in online/{re.escape(name)}: "
+                                                  rf"3 of {total} values"):
+            learner.save_checkpoint(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temp dir left behind
+        assert json.loads((tmp_path / "checkpoint" / "meta.json").read_text())["counters"]["updates"] == 1
+        assert learner.maybe_checkpoint(tmp_path) is None  # a refused save waits a full period before retrying
+    finally:
+        learner.close()
+
+
+def test_resume_refuses_a_checkpoint_with_nonfinite_weights(tmp_path) -> None:
+    """What the exit path wrote before this fix: a well-formed checkpoint holding all-NaN weights."""
+    learner = make_learner()
+    try:
+        path = learner.save_checkpoint(tmp_path)
+    finally:
+        learner.close()
+    model = torch.load(path / "model.pt", weights_only=True)
+    for sd in model.values():
+        for t in sd.values():
+            t.fill_(float("nan"))
+    torch.save(model, path / "model.pt")
+    _rehash(path, "model.pt")
+    fresh = make_learner()
+    try:
+        before = {k: v.clone() for k, v in fresh.online.state_dict().items()}
+        with pytest.raises(CheckpointError, match=r"model\.pt: non-finite weights in online/.+: (\d+) of \1 values "
+                                                  r"\(and \d+ more tensors\); refusing to resume"):
+            fresh.load_checkpoint(tmp_path)
+        for k, v in fresh.online.state_dict().items():
+            assert torch.equal(v, before[k]), k  # nothing was loaded
+    finally:
+        fresh.close()
+
+
+def test_replay_files_are_hashed_in_meta(tmp_path) -> None:
+    replay = FakeReplay()
+    learner = make_learner(replay=replay)
+    try:
+        path = learner.save_checkpoint(tmp_path, replay=replay)
+    finally:
+        learner.close()
+    files = json.loads((path / "meta.json").read_text())["files"]
+    assert sorted(files) == ["model.pt", "optimizer.pt", "replay/priorities.npy", "replay/state.json", "rng.pt",
+                             "scaler.pt"]
+    for name, info in files.items():
+        data = (path / name).read_bytes()
+        assert info == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    # the replay is verified only where it is restored: evaluation reads the networks alone
+    (path / "replay" / "priorities.npy").write_bytes(b"\0" * files["replay/priorities.npy"]["bytes"])
+    assert load_checkpoint(tmp_path).has_replay
+    with pytest.raises(CheckpointError, match=r"replay/priorities\.npy: sha256 differs"):
+        load_checkpoint(tmp_path, verify_replay=True)
+
+
+def _edit_meta(fn):
+    def corrupt(ckpt) -> None:
+        meta = json.loads((ckpt / "meta.json").read_text())
+        fn(meta)
+        (ckpt / "meta.json").write_text(json.dumps(meta))
+    return corrupt
+
+
+def _truncate(name: str):
+    def corrupt(ckpt) -> None:
+        data = (ckpt / name).read_bytes()
+        (ckpt / name).write_bytes(data[: len(data) // 2])
+    return corrupt
+
+
+def _flip(name: str, at: float = 0.5):
+    def corrupt(ckpt) -> None:
+        data = bytearray((ckpt / name).read_bytes())
+        data[int(len(data) * at)] ^= 0xFF
+        (ckpt / name).write_bytes(bytes(data))
+    return corrupt
+
+
+def _delete(name: str):
+    def corrupt(ckpt) -> None:
+        target = ckpt / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return corrupt
+
+
+def _write(name: str, content: bytes):
+    return lambda ckpt: (ckpt / name).write_bytes(content)
+
+
+def _replace_torch(name: str, obj):
+    def corrupt(ckpt) -> None:
+        torch.save(obj, ckpt / name)
+        _rehash(ckpt, name)
+    return corrupt
+
+
+def _nan_weights(ckpt) -> None:
+    model = torch.load(ckpt / "model.pt", weights_only=True)
+    _poison_first_weight(model["target"], count=1)
+    torch.save(model, ckpt / "model.pt")
+    _rehash(ckpt, "model.pt")
+
+
+def _nan_optimizer(ckpt) -> None:
+    opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    opt["state"][0]["exp_avg_sq"].view(-1)[0] = float("inf")
+    torch.save(opt, ckpt / "optimizer.pt")
+    _rehash(ckpt, "optimizer.pt")
+
+
+CORRUPTIONS = {
+    **{f"truncate {n}": (_truncate(n), rf"{re.escape(n)}: \d+ bytes but meta\.json records")
+       for n in ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")},
+    **{f"delete {n}": (_delete(n), rf"{re.escape(n)}: file missing") for n in ("model.pt", "optimizer.pt", "scaler.pt",
+                                                                            "rng.pt")},
+    "flip a byte of model.pt": (_flip("model.pt"), r"model\.pt: sha256 differs"),
+    "flip a byte of optimizer.pt": (_flip("optimizer.pt", 0.9), r"optimizer\.pt: sha256 differs"),
+    "delete meta.json": (_delete("meta.json"), "no checkpoint found"),
+    "truncate meta.json": (_truncate("meta.json"), r"meta\.json: unreadable \(JSONDecodeError"),
+    "meta.json not JSON": (_write("meta.json", b"\xff\xfe not json"), r"meta\.json: unreadable"),
+    "meta.json nested 100k deep": (_write("meta.json", b"[" * 100_000), r"meta\.json: unreadable \(RecursionError"),
+    "meta.json a list": (_write("meta.json", b"[1, 2]"), r"meta\.json: format 'list', this code reads format 1"),
+    "meta.json format 2": (_edit_meta(lambda m: m.update(format=2)), "format 2, this code reads format 1"),
+    "geometry a list": (_edit_meta(lambda m: m.update(geometry=[1, 2])), r"geometry=\[1, 2\] is invalid: allowed an"),
+    "counters a list": (_edit_meta(lambda m: m.update(counters=[5])), r"counters=\[5\] is invalid"),
+    "counter a string": (_edit_meta(lambda m: m["counters"].update(updates="5")),
+                         r"counters\.updates='5' is invalid: allowed a finite number"),
+    "counter a bool": (_edit_meta(lambda m: m["counters"].update(samples=True)), r"counters\.samples=True is invalid"),
+    "counter NaN": (_edit_meta(lambda m: m["counters"].update(updates=float("nan"))), r"counters\.updates=nan"),
+    "files a list": (_edit_meta(lambda m: m.update(files=["model.pt"])), r"files=\['model\.pt'\] is invalid"),
+    "files entry a string": (_edit_meta(lambda m: m["files"].update({"model.pt": "abc"})),
+                             r"files\['model\.pt'\]='abc' is invalid: allowed an object"),
+    "files bytes a string": (_edit_meta(lambda m: m["files"]["rng.pt"].update(bytes="12")),
+                             r"files\['rng\.pt'\]\.bytes='12' is invalid: allowed a non-negative integer"),
+    "files sha256 an int": (_edit_meta(lambda m: m["files"]["scaler.pt"].update(sha256=5)),
+                            r"files\['scaler\.pt'\]\.sha256=5 is invalid: allowed 64 lowercase hex digits"),
+    "files escaping the checkpoint": (_edit_meta(lambda m: m["files"].update({"replay/../../x": m["files"]["rng.pt"]})),
+                                      r"files\['replay/\.\./\.\./x'\]=.* is invalid: allowed only entries for"),
+    "has_replay a string": (_edit_meta(lambda m: m.update(has_replay="yes")), r"has_replay='yes' is invalid"),
+    "rng.python wrong": (_edit_meta(lambda m: m["rng"].update(python=[3, [1, 2], None])), r"rng\.python=.* is invalid"),
+    "rng.numpy wrong": (_edit_meta(lambda m: m["rng"].update(numpy="MT19937")), r"rng\.numpy='MT19937' is invalid"),
+    "rng a list": (_edit_meta(lambda m: m.update(rng=[1])), r"rng=\[1\] is invalid"),
+    "rng.pt not a generator state": (_replace_torch("rng.pt", {"torch": torch.zeros(3), "cuda": []}),
+                                     r"rng\.pt: 'torch' is not a CPU generator state"),
+    "optimizer.pt a list": (_replace_torch("optimizer.pt", [1, 2]), r"optimizer\.pt: expected a state dict, got list"),
+    "optimizer param_groups wrong": (_replace_torch("optimizer.pt", {"state": {}, "param_groups": 3}),
+                                     r"\[optimizer\]: param_groups must be a list"),
+    "scaler.pt a tensor": (_replace_torch("scaler.pt", torch.zeros(2)), r"scaler\.pt: expected a state dict"),
+    "model.pt without target": (_replace_torch("model.pt", {"online": {}}), r"model\.pt: expected a dict with"),
+    "NaN weights": (_nan_weights, r"model\.pt: non-finite weights in target/.+: 1 of \d+ values"),
+    "inf in Adam's state": (_nan_optimizer, r"optimizer\.pt: non-finite optimizer state in optimizer/state/0/exp_avg_sq"),
+    "replay file flipped": (_flip("replay/priorities.npy", 0.99), r"replay/priorities\.npy: sha256 differs"),
+    "replay file truncated": (_truncate("replay/state.json"), r"replay/state\.json: \d+ bytes but meta\.json records"),
+    "replay file deleted": (_delete("replay/priorities.npy"), r"replay/priorities\.npy: file missing"),
+    "replay dir deleted": (_delete("replay"), r"replay: missing, but meta\.json says the checkpoint includes the replay"),
+    "replay file added": (_write("replay/extra.npy", b"x"), r"replay/extra\.npy: not recorded in meta\.json"),
+    "replay contents wrong, hashes updated": (
+        lambda ckpt: (_write("replay/state.json", b"{}")(ckpt), _rehash(ckpt, "replay/state.json")),
+        r"replay: KeyError"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("base")
+    replay = FakeReplay(seed=2)
+    learner = make_learner(replay=replay)
+    try:
+        learner.run_updates(2)
+        learner.save_checkpoint(root, replay=replay, counters={"env_steps": 99})
+    finally:
+        learner.close()
+    return root / "checkpoint"
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_every_corruption_is_a_checkpoint_error(case, saved_checkpoint, tmp_path) -> None:
+    """Whatever is wrong with a checkpoint, resuming fails with one CheckpointError naming the file or
+    field -- never a TypeError/KeyError/AttributeError traceback -- and leaves the learner untouched."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(saved_checkpoint, ckpt)
+    corrupt, match = CORRUPTIONS[case]
+    corrupt(ckpt)
+    replay = FakeReplay(seed=5)
+    learner = make_learner(replay=replay, seed=7)
+    try:
+        before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+        with pytest.raises(CheckpointError, match=match) as exc:
+            learner.load_checkpoint(tmp_path, replay=replay)
+        assert str(tmp_path) in str(exc.value) and "\n" not in str(exc.value)
+        if "replay contents" not in case:  # everything but the replay is checked before any state changes
+            assert learner.updates == 0
+            for k, v in learner.online.state_dict().items():
+                assert torch.equal(v, before[k]), k
+    finally:
+        learner.close()
+
+
+def test_the_uncorrupted_copy_loads(saved_checkpoint, tmp_path) -> None:
+    """The control for the corruption cases: the same copy, unmodified, resumes."""
+    shutil.copytree(saved_checkpoint, tmp_path / "checkpoint")
+    replay = FakeReplay(seed=5)
+    learner = make_learner(replay=replay, seed=7)
+    try:
+        assert learner.load_checkpoint(tmp_path, replay=replay)["env_steps"] == 99 and learner.updates == 2
     finally:
         learner.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -155,5 +156,151 @@ def test_cuda_learner_pinned_and_device_storage(storage: str) -> None:
         st = learner.stats()
         assert st["precision"] == "fp16" and np.isfinite(st["loss"]) and st["updates"] == 5
         assert learner.channels_last
+    finally:
+        learner.close()
+
+
+class SanitizingReplay(FakeReplay):
+    """Records every |TD| handed back and, like ReplayBuffer, drops the non-finite ones."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.td_seen: list[np.ndarray] = []
+
+    def update_priorities(self, indices: np.ndarray, td_abs: np.ndarray) -> None:
+        self.td_seen.append(np.array(td_abs))
+        keep = np.isfinite(td_abs)
+        super().update_priorities(indices[keep], td_abs[keep])
+
+
+def _snapshot(learner) -> dict[str, torch.Tensor]:
+    """Online weights plus every Adam state tensor (moments and step counts)."""
+    out = {f"online/{k}": v.clone() for k, v in learner.online.state_dict().items()}
+    for pid, entry in learner.optimizer.state_dict()["state"].items():
+        out.update({f"optimizer/{pid}/{k}": v.clone() for k, v in entry.items()})
+    return out
+
+
+def _changed(learner, before: dict[str, torch.Tensor]) -> list[str]:
+    now = _snapshot(learner)
+    assert set(now) == set(before)
+    return [k for k, v in now.items() if not torch.equal(v, before[k])]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_loss_skips_the_update_on_the_host(bad: float) -> None:
+    """inf targets matter on their own: the Huber gradient stays finite (-1) for an infinite target,
+    so only the loss check stops a step that would otherwise train on it."""
+    replay = FakeReplay()
+    learner = make_learner(replay=replay)
+    try:
+        learner.train_step()  # Adam has state now, so a skipped step must leave it untouched too
+        before, priorities, applied = _snapshot(learner), replay.priorities.copy(), replay.updates_applied
+        finite_returns = replay.returns.copy()
+        replay.returns[:] = bad
+        with pytest.warns(RuntimeWarning, match="skipped an optimizer update whose loss or gradient norm"):
+            out = learner.train_step()
+        assert out["skipped"] == 1.0 and not np.isfinite(out["loss"])
+        assert _changed(learner, before) == []  # no weight, moment or step count moved
+        assert replay.updates_applied == applied  # priorities of the skipped batch not written back
+        np.testing.assert_array_equal(replay.priorities, priorities)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warned once: the second skip is only counted
+            assert learner.train_step()["skipped"] == 1.0
+        st = learner.stats()
+        assert st["skipped_updates"] == 2 and st["updates"] == 3
+        assert np.isfinite(st["loss"]) and np.isfinite(st["grad_norm"])  # NaN kept out of the running means
+        replay.returns[:] = finite_returns
+        assert learner.train_step()["skipped"] == 0.0
+        assert _changed(learner, before)  # training resumes
+        assert learner.stats()["skipped_updates"] == 2
+    finally:
+        learner.close()
+
+
+def test_device_side_skip_through_fused_adam_found_inf() -> None:
+    """The CUDA bf16/fp32 path (no host sync), run on CPU: fused Adam skips the step when found_inf is 1."""
+    replay = SanitizingReplay()
+    learner = make_learner(replay=replay)
+    try:
+        learner.optimizer = torch.optim.Adam(learner.params, lr=learner.lc.lr, eps=learner.lc.adam_eps, fused=True)
+        learner._device_skip = True
+        assert learner.train_step()["skipped"] == 0.0
+        before = _snapshot(learner)
+        replay.returns[:] = float("inf")
+        out = learner.train_step()
+        assert out["skipped"] == 1.0
+        assert _changed(learner, before) == []
+        assert np.isinf(replay.td_seen[-1]).all()  # handed back undecided; the replay drops them
+        with pytest.warns(RuntimeWarning, match="skipped an optimizer update"):
+            st = learner.stats()  # the device-side count is read when the meter refreshes
+        assert st["skipped_updates"] == 1 and np.isfinite(st["loss"])
+        replay.returns[:] = 0.25
+        assert learner.train_step()["skipped"] == 0.0 and _changed(learner, before)
+    finally:
+        learner.close()
+
+
+def test_grad_scaler_path_skips_an_infinite_loss() -> None:
+    """The CUDA fp16 path, run on CPU with a CPU GradScaler: an infinite target leaves the gradients finite,
+    so the loss is folded into them (x + 0 * loss) for the scaler's own inf check to skip the step."""
+    from learner.precision import PrecisionPolicy
+
+    replay = SanitizingReplay()
+    learner = make_learner(replay=replay)
+    try:
+        learner.precision = PrecisionPolicy("fp16", "cpu", None, True)
+        learner.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        assert learner.train_step()["skipped"] == 0.0
+        before = _snapshot(learner)
+        replay.returns[:] = float("inf")
+        assert learner.train_step()["skipped"] == 1.0
+        assert _changed(learner, before) == []
+        assert learner.scaler.get_scale() == 2.0**9  # the scaler saw an inf and backed off
+        with pytest.warns(RuntimeWarning, match="skipped an optimizer update"):
+            assert learner.stats()["skipped_updates"] == 1
+    finally:
+        learner.close()
+
+
+def test_nonfinite_weights_are_never_broadcast() -> None:
+    calls: list[int] = []
+    learner = make_learner(on_weights=lambda v, sd: calls.append(v))
+    try:
+        learner.train_step()
+        assert calls == [0]
+        with torch.no_grad():
+            dict(learner.online.named_parameters())["head.advantage.2.weight"][0, 0] = float("nan")
+        pattern = r"not broadcast, non-finite weights in online/head\.advantage\.2\.weight: 1 of \d+ values"
+        with pytest.warns(RuntimeWarning, match=pattern):
+            learner.broadcast()
+        assert calls == [0] and learner.weight_version == 0
+        st = learner.stats()
+        assert st["broadcasts_refused"] == 1 and st["broadcasts"] == 1
+    finally:
+        learner.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
+def test_cuda_nonfinite_batches_skip_on_the_device(precision: str) -> None:
+    """fp16: the loss is folded into the gradients so the GradScaler skips; bf16/fp32: fused Adam's found_inf."""
+    from learner.trainer import Learner
+
+    replay = SanitizingReplay()
+    learner = Learner(small_config(device="cuda", precision=precision), replay.obs_shape, np.uint8, replay.stack,
+                      replay.num_actions, replay, torch.device("cuda"))
+    try:
+        assert learner.precision.use_scaler == (precision == "fp16") and (learner.precision.use_scaler
+                                                                          or learner._device_skip)
+        assert learner.train_step()["skipped"] == 0.0
+        before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+        replay.returns[:] = float("inf")  # finite gradients, infinite loss: the case the scaler alone misses
+        for _ in range(3):
+            assert learner.train_step()["skipped"] == 1.0
+        for k, v in learner.online.state_dict().items():
+            assert torch.equal(v, before[k]), k
+        with pytest.warns(RuntimeWarning, match="skipped an optimizer update"):
+            assert learner.stats()["skipped_updates"] == 3
     finally:
         learner.close()
