@@ -25,6 +25,7 @@ from shared.config import (
     ConfigError,
     LearnerConfig,
     ReplayConfig,
+    TransportConfig,
     available_memory_bytes,
     estimate_replay_bytes,
 )
@@ -35,6 +36,10 @@ def cpu_profile() -> Config:
     return Config(
         collectors=CollectorConfig(count=2, envs_per_collector=8, chunk_steps=128),
         replay=ReplayConfig(capacity=100_000, storage_device="cpu"),
+        # Credits: each collector has at most 2 unacknowledged chunks, so when learner.max_insert_lead makes
+        # collectors wait, the data they then send is at most 2 chunks old (without credits the socket
+        # queues held ~10k transitions: a weight lag of 1,300-2,500 updates, BENCHMARKS.md "insert gate")
+        transport=TransportConfig(max_chunks_in_flight=2),
         learner=LearnerConfig(
             device="cpu",
             batch_size=32,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors

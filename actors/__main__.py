@@ -52,6 +52,7 @@ def run_one(args: argparse.Namespace) -> int:
     from actors.client import HeadLink, RegistrationError, register
     from actors.collector import Collector
     from shared.keys import load_client
+    from shared.weights import weights_frame_limit
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,10 +61,11 @@ def run_one(args: argparse.Namespace) -> int:
     ctx = zmq.Context()
     link = collector = None
     try:
-        welcome = register(ctx, args.connect, args.slot, curve, args.register_timeout)
+        welcome = register(ctx, args.connect, args.slot, curve, args.register_timeout, should_stop=stop.is_set)
         log.info("registered as collector %d (eps %.4f), data -> %s", welcome.collector_id, welcome.epsilon,
                  welcome.data_endpoint)
-        link = HeadLink(ctx, welcome, curve, should_stop=stop.is_set)
+        link = HeadLink(ctx, welcome, curve, should_stop=stop.is_set,
+                        weights_max_bytes=weights_frame_limit(welcome.config))
         collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
         reason = collector.run()
         t = collector.timing

@@ -33,6 +33,7 @@ from shared.protocol import (
     HEAD_HEARTBEAT,
     HEARTBEAT,
     HELLO,
+    MAX_JSON_BYTES,
     STOP,
     WEIGHTS,
     WELCOME,
@@ -63,6 +64,7 @@ class Welcome:
     num_collectors: int
     slot: int
     config: Config
+    data_token: bytes = b""  # the routing id this collector's data socket must use (its proof of ownership)
 
 
 def _socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
@@ -85,21 +87,25 @@ def _reachable(endpoint: str, connect: str) -> str:
 
 
 def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient | None = None,
-             timeout_s: float = 30.0, retry_s: float = 1.0, envs: int = 0) -> Welcome:
-    """HELLO -> WELCOME over a DEALER socket; raises RegistrationError after `timeout_s`."""
+             timeout_s: float = 30.0, retry_s: float = 1.0, envs: int = 0,
+             should_stop: Callable[[], bool] = lambda: False) -> Welcome:
+    """HELLO -> WELCOME over a DEALER socket; RegistrationError after `timeout_s`, on a refusal or on stop."""
     hello = {"host": pysocket.gethostname(), "pid": os.getpid(), "slot": slot, "nonce": uuid.uuid4().hex,
              "envs": envs}
     sock = _socket(ctx, zmq.DEALER, curve)
     sock.sndhwm = 4
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_JSON_BYTES + 4096)  # a WELCOME is a header and a JSON object
     try:
         sock.connect(connect)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if should_stop():
+                raise RegistrationError("stopped while registering")
             try:  # NOBLOCK: a DEALER without a usable peer (e.g. a refused CURVE handshake) would block
                 sock.send_multipart(encode_json(HELLO, hello), zmq.NOBLOCK)
             except zmq.Again:
                 pass
-            if sock.poll(retry_s * 1000):
+            if sock.poll(min(retry_s, 0.25) * 1000):
                 try:
                     msg = decode(sock.recv_multipart())
                 except ProtocolError as exc:
@@ -113,11 +119,14 @@ def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient 
 
 
 def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
+    if "refused" in data:
+        raise RegistrationError(f"the head refused the registration: {str(data['refused'])[:300]}")
     try:
         return Welcome(
             int(data["collector_id"]), _reachable(str(data["data_endpoint"]), connect),
             _reachable(str(data["weights_endpoint"]), connect), float(data["epsilon"]),
             int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
+            bytes.fromhex(str(data["data_token"])),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RegistrationError(f"unusable WELCOME: {exc}") from None
@@ -127,13 +136,15 @@ class HeadLink:
     """The collector's data DEALER and weights SUB sockets, chunk credits and head liveness."""
 
     def __init__(self, ctx: zmq.Context, welcome: Welcome, curve: CurveClient | None = None,
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
+                 should_stop: Callable[[], bool] = lambda: False, weights_max_bytes: int = 0) -> None:
         cfg = welcome.config
         self.collector_id = welcome.collector_id
         self.head_timeout_s = cfg.transport.head_timeout_s
         self.heartbeat_s = cfg.collectors.heartbeat_s
         self.should_stop = should_stop
         self.data = _socket(ctx, zmq.DEALER, curve)
+        self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)  # the head reads only this peer's messages
+        self.data.setsockopt(zmq.MAXMSGSIZE, 4096)  # only CREDITs come back (64-byte headers)
         self.data.sndhwm = cfg.collectors.send_hwm
         if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
             self.data.sndbuf = cfg.transport.socket_buffer_bytes
@@ -141,7 +152,10 @@ class HeadLink:
         self.max_chunks_in_flight = cfg.transport.max_chunks_in_flight  # 0 = no credit limit
         self.unacked_chunks: deque[int] = deque()  # sequence numbers of chunks the head has not credited
         self.credit_wait_s = 0.0  # time spent waiting for credit (monitoring)
+        self.waiting = False  # blocked on credit or a full socket: heartbeats say so (count = 1)
         self.sub = _socket(ctx, zmq.SUB, curve)
+        if weights_max_bytes:  # WEIGHTS carries one frame per tensor: none may exceed our largest
+            self.sub.setsockopt(zmq.MAXMSGSIZE, int(weights_max_bytes))
         self.sub.rcvhwm = 64
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(welcome.weights_endpoint)
@@ -196,14 +210,17 @@ class HeadLink:
         poller = zmq.Poller()
         poller.register(self.data, zmq.POLLIN)
         poller.register(self.sub, zmq.POLLIN)
+        self.waiting = True
         try:
             while len(self.unacked_chunks) >= self.max_chunks_in_flight:
                 poller.poll(100)
                 self.poll_head()
                 if self.must_exit():
                     return False
+                self.maybe_heartbeat()  # "waiting for the head", not stalled
             return True
         finally:
+            self.waiting = False
             self.credit_wait_s += time.monotonic() - t0
 
     def take_weights(self) -> list[Any] | None:
@@ -221,14 +238,18 @@ class HeadLink:
         """Send one message with the next sequence number; block while the HWM is full."""
         while True:
             if self.data.poll(0 if not block else 100, zmq.POLLOUT):
+                if block:
+                    self.waiting = False
                 self.seq += 1
                 send_parts(self.data, build(self.seq))
                 self.sent_messages += 1
                 return True
             if not block:
                 return False
+            self.waiting = True  # the socket is full: the head is not reading us
             self.poll_head()
             if self.must_exit():
+                self.waiting = False
                 return False
 
     def send_chunk(self, chunk: TransitionChunk) -> bool:
@@ -244,11 +265,12 @@ class HeadLink:
         return self._send(lambda seq: encode_episode(summary, self.collector_id, seq, self.weight_version), True)
 
     def maybe_heartbeat(self) -> None:
-        """HEARTBEAT every heartbeat_s; skipped (never queued) when the socket is full."""
+        """HEARTBEAT every heartbeat_s (count 1 = waiting for the head); skipped, never queued, when full."""
         now = time.monotonic()
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + self.heartbeat_s
-            self._send(lambda seq: encode_simple(HEARTBEAT, self.collector_id, seq, self.weight_version), False)
+            flag = int(self.waiting)
+            self._send(lambda seq: encode_simple(HEARTBEAT, self.collector_id, seq, self.weight_version, flag), False)
 
     def close(self) -> None:
         self.data.close(linger=0)

@@ -63,7 +63,10 @@ class Collector:
         self.reward_scale = float(config.env.reward_scale)  # what is learned from; returns stay unscaled
         self.link = link
         k = config.collectors.envs_per_collector
-        self.envs = [make_env(config.env) for _ in range(k)]
+        self.envs = []
+        for _ in range(k):  # emulators take a while to start: tell the head we are alive meanwhile
+            self.link.maybe_heartbeat()
+            self.envs.append(make_env(config.env))
         shape, dtype, num_actions, self.stack = env_spec_of(config.env)
         self.obs_shape, self.obs_dtype, self.num_actions = tuple(int(d) for d in shape), np.dtype(dtype), int(num_actions)
         lc = config.learner
@@ -84,6 +87,7 @@ class Collector:
         for i, env in enumerate(self.envs):
             obs, _ = env.reset(seed=base + i)
             self._begin(i, obs)
+            self.link.maybe_heartbeat()
         self.timing.env_s += time.perf_counter() - t0
 
     def _frame(self, obs: Any) -> np.ndarray:

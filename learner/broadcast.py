@@ -24,6 +24,8 @@ from shared.protocol import HEAD_HEARTBEAT, STOP, encode_simple, send_parts
 from shared.weights import cpu_state, encode_weights
 
 log = logging.getLogger(__name__)
+MAX_SUBSCRIPTIONS_PER_TICK = 256  # (un)subscriptions read per loop turn; the rest wait for the next turn
+RESEND_MIN_S = 0.05  # newest weights are re-sent to new subscribers at most this often
 
 
 class WeightPublisher:
@@ -42,6 +44,7 @@ class WeightPublisher:
         self._sock.linger = 0
         self._sock.sndhwm = sndhwm
         self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, 256)  # it only receives (un)subscriptions: 1 byte + a short topic
         if curve is not None:
             curve.apply(self._sock)
         self.endpoints: list[str] = []
@@ -62,6 +65,9 @@ class WeightPublisher:
         self._broadcast_stop = False
         self.sent_weights = 0
         self.sent_heartbeats = 0
+        self.subscriptions_read = 0
+        self._last_resend = 0.0
+        self._resend_due = False
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
 
@@ -102,12 +108,18 @@ class WeightPublisher:
         try:
             while not self._stop.is_set():
                 timeout = max(0.0, next_beat - time.monotonic())
+                if self._resend_due:
+                    timeout = min(timeout, RESEND_MIN_S)
                 events = dict(poller.poll(timeout * 1000))
                 resend = False
                 if self._sock in events:
-                    while self._sock.poll(0):
-                        sub = self._sock.recv()
+                    for _ in range(MAX_SUBSCRIPTIONS_PER_TICK):  # bounded: spam cannot starve the sends below
+                        try:
+                            sub = self._sock.recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
                         resend |= bool(sub) and sub[0] == 1  # a (re)subscription
+                        self.subscriptions_read += 1
                 if self._wake_r in events:
                     while self._wake_r.poll(0):
                         self._wake_r.recv()
@@ -119,9 +131,16 @@ class WeightPublisher:
                     stop, self._broadcast_stop = self._broadcast_stop, False
                 if stop:
                     send_parts(self._sock, encode_simple(STOP, weight_version=self._version))
+                now = time.monotonic()
+                if resend and latest is not None and pending is None and now - self._last_resend < RESEND_MIN_S:
+                    self._resend_due = True  # a subscription storm: one resend per RESEND_MIN_S
+                    resend = False
+                if self._resend_due and now - self._last_resend >= RESEND_MIN_S:
+                    resend, self._resend_due = True, False
                 if pending is not None or (resend and latest is not None):
-                    send_parts(self._sock, latest)
+                    send_parts(self._sock, latest, zmq.NOBLOCK)
                     self.sent_weights += 1
+                    self._last_resend = now
                 if time.monotonic() >= next_beat:
                     send_parts(self._sock, encode_simple(HEAD_HEARTBEAT, weight_version=self._version))
                     self.sent_heartbeats += 1
@@ -130,13 +149,16 @@ class WeightPublisher:
             if not self._stop.is_set():
                 log.warning("weight publisher stopped: %s", exc)
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def close(self) -> None:
         """Stop the thread, then close every socket with linger 0."""
         self._stop.set()
         with self._lock:
             self._wake_w.send(b"s")
         self._thread.join(timeout=5.0)
-        if self._thread.is_alive():  # never close a socket under a running thread: leak it instead
+        if self._thread.is_alive():  # cannot happen with the bounded loop; never close under a live thread
             log.warning("weight publisher thread did not stop within 5 s; leaving its sockets open")
             return
         for sock in (self._sock, self._wake_r, self._wake_w):

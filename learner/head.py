@@ -32,7 +32,7 @@ from learner.progress import ProgressTracker
 from learner.supervisor import CollectorSupervisor
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
-from replay.consolidation import ConsolidationThread
+from replay.consolidation import MAX_SOCKETS, ConsolidationThread
 from shared.config import Config
 from shared.env_factory import env_spec_of
 from shared.keys import load_server
@@ -53,18 +53,31 @@ class StopAt:
 
 _HEAD_COUNTERS = ("env_steps", "episodes")
 SUPERVISE_EVERY_S = 0.25  # how often the main loop checks collector processes
+CHECKPOINT_RETRY_S = 60.0  # after a failed periodic checkpoint (e.g. a full disk)
 
 
 def resolve_device(name: str) -> torch.device:
+    from shared.config import ConfigError  # one-line error at the CLI (exit 2), not a traceback
+
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise RuntimeError("learner.device=cuda but torch sees no CUDA device; use learner.device=cpu or auto")
+            raise ConfigError("learner.device='cuda' is invalid: torch sees no CUDA device; "
+                              "allowed here: learner.device=cpu or auto")
         return torch.device("cuda")
     return torch.device("cpu")
 
 
 class Head:
     def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None) -> None:
+        self._closed = False
+        self._parts: list[Any] = []  # what a failed start must undo, in order of creation
+        try:
+            self._start(cfg, run_dir, train, resume)
+        except BaseException:
+            self._undo_start()
+            raise
+
+    def _start(self, cfg: Config, run_dir: Path, train: bool, resume: Path | None) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.train = train
@@ -77,13 +90,17 @@ class Head:
                  self.obs_dtype, self.num_actions, self.stack, self.device)
         self.replay = ReplayBuffer.from_config(cfg, self.obs_shape, self.obs_dtype, self.stack, self.device)
         self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # room for every registration (before the first socket)
+        self._parts.append(self.ctx)
         t = cfg.transport
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
         self.ipc_dir = Path(_short_tmpdir())
+        self._parts.append(self.ipc_dir)
         self.publisher = WeightPublisher(
             [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}"],
             context=self.ctx, heartbeat_s=cfg.collectors.heartbeat_s, curve=curve,
         )
+        self._parts.append(self.publisher)
         local_weights, remote_weights = self.publisher.endpoints
         self.learner = Learner(cfg, self.obs_shape, self.obs_dtype, self.stack, self.num_actions, self.replay,
                                self.device, on_weights=self.publisher.publish)
@@ -91,21 +108,36 @@ class Head:
         if resume is not None:
             self._resume(resume)
         self.consolidation = ConsolidationThread(
-            cfg, self.replay, ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions),
+            cfg, self.replay, ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
+                                  max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs),
             {"local": local_weights, "remote": remote_weights},
             latest_weight_version=lambda: self.publisher.version, context=self.ctx,
             num_collectors=max(1, cfg.collectors.count), control_endpoint=f"tcp://{t.bind}:{t.port}",
         )
+        self._parts.append(self.consolidation)
         if self.train and cfg.learner.max_insert_lead > 0:
             self.consolidation.admit = self.learner.inserts_allowed
         self.consolidation.start()
         self.supervisor = CollectorSupervisor(
-            cfg.collectors.count, self._collector_argv, self._last_seen, t.stall_timeout_s,
-            env=_collector_env(), log_dir=str(self.run_dir / "collectors"),
+            cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
+            env=_collector_env(), log_dir=str(self.run_dir / "collectors"), on_exit=self.consolidation.forget_pid,
         )
         self.metrics = MetricsLogger(self.run_dir, cfg)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
-        self._closed = False
+        self.checkpoint_failures = 0
+
+    def _undo_start(self) -> None:
+        """A failed start leaves nothing behind: threads stopped, sockets closed, temp folders removed."""
+        for part in reversed(self._parts):
+            try:
+                if isinstance(part, Path):
+                    shutil.rmtree(part, ignore_errors=True)
+                elif isinstance(part, zmq.Context):
+                    part.term()
+                else:
+                    part.stop() if isinstance(part, ConsolidationThread) else part.close()
+            except Exception as exc:  # noqa: BLE001 - report the original failure, not this one
+                log.debug("cleanup after a failed start: %r", exc)
 
     # ------------------------------------------------------------------ wiring helpers
     def _collector_argv(self, slot: int) -> list[str]:
@@ -115,15 +147,10 @@ class Head:
             argv += ["--curve-keys", self.cfg.transport.curve_keys_dir]
         return argv
 
-    def _last_seen(self, pid: int) -> float | None:
-        """Monotonic time of the newest message from the local collector process `pid`."""
-        now = time.monotonic()
-        if self.consolidation.admit is not None and not self.consolidation.admit():
-            return now  # held back by the replay-ratio gate, not stalled
-        stats = self.consolidation.stats()
-        ages = [c["last_seen_s"] for c in stats.collectors.values()
-                if c["pid"] == pid and c["host"] == self.consolidation.hostname and not c["closed"]]
-        return now - min(ages) if ages else None
+    def _stall_clock(self, pid: int) -> tuple[float, bool] | None:
+        """(when the local collector `pid` was last heard from or held back by the head, whether it is
+        waiting for the head now); None before it registered. Flow control never counts as a stall."""
+        return self.consolidation.stall_clock_of_pid(pid)
 
     def _resume(self, resume: Path) -> None:
         ckpt = find_checkpoint(resume)  # CheckpointError naming the path when there is none
@@ -160,8 +187,8 @@ class Head:
                     reason = "target_return"
                     break
             if self.train and now >= next_ckpt:
-                self.save_checkpoint()
-                next_ckpt = now + cfg.learner.checkpoint_every_s
+                next_ckpt = now + (cfg.learner.checkpoint_every_s if self._try_checkpoint()
+                                   else min(CHECKPOINT_RETRY_S, cfg.learner.checkpoint_every_s))
             env_steps = self.env_steps()
             if stop_at.env_steps is not None and env_steps >= stop_at.env_steps:
                 reason = "max_env_steps"
@@ -221,6 +248,17 @@ class Head:
         print(self.metrics.main_line(record), flush=True)
         self.metrics.log(record)
 
+    def _try_checkpoint(self) -> bool:
+        """A periodic checkpoint that fails (full disk, non-finite weights) is a warning; the last good one stays."""
+        try:
+            self.save_checkpoint()
+            return True
+        except Exception as exc:  # noqa: BLE001 - the run goes on; the next attempt may succeed
+            self.checkpoint_failures += 1
+            log.warning("checkpoint failed (%s); the previous checkpoint is kept; retrying in %.0f s", exc,
+                        min(CHECKPOINT_RETRY_S, self.cfg.learner.checkpoint_every_s))
+            return False
+
     def save_checkpoint(self) -> Path:
         counters = dict(self.counters)
         counters["env_steps"] = self.env_steps()
@@ -250,7 +288,11 @@ class Head:
         self.consolidation.stop()
         self.publisher.close()
         self.metrics.close()
-        self.ctx.term()
+        if self.consolidation.is_alive() or self.publisher.alive():
+            log.warning("a head thread did not stop; closing its sockets from here")
+            self.ctx.destroy(linger=0)
+        else:
+            self.ctx.term()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 

@@ -2,8 +2,12 @@
 
 Local collectors are started exactly like remote ones (`python -m actors --connect ...`), as
 child processes, so there is one code path for both. The supervisor restarts a collector that
-exits or stalls (no message for `stall_timeout_s`), with exponential backoff so a collector that
-crashes at start-up cannot spin the CPU, and counts every restart. Shutdown asks politely first
+exits or stalls, with exponential backoff so a collector that crashes at start-up cannot spin
+the CPU, and counts every restart. "Stalled" means *not stepping*: the head was ready to read
+from it and heard nothing for `stall_timeout_s`. A collector *waiting for the head* (its chunks
+held behind the insert gate, or blocked on credit or a full socket) is never stalled, however
+long the wait. A replaced or exited process is reported through `on_exit(pid)` so the head
+frees its registration at once. Shutdown asks politely first
 (the head broadcasts STOP; children also get SIGTERM, which they handle by closing cleanly),
 and only kills what is still alive after the grace period.
 """
@@ -38,28 +42,32 @@ class _Slot:
 class CollectorSupervisor:
     """Starts, watches and restarts N local collector processes.
 
-    `command(slot)` builds the argv for a slot; `last_seen(pid)` returns the monotonic time of
-    the newest message from the collector running as process `pid` (None before it registered).
-    Matching by pid, not slot, keeps remote collectors (which number their own slots) apart.
+    `command(slot)` builds the argv for a slot; `stall_clock(pid)` returns (the monotonic time the
+    collector running as process `pid` was last heard from or held back by the head, whether it
+    is waiting for the head now), or None before it registered. Matching by pid, not slot, keeps
+    remote collectors (which number their own slots) apart.
     """
 
     def __init__(
         self,
         count: int,
         command: Callable[[int], list[str]],
-        last_seen: Callable[[int], float | None],
+        stall_clock: Callable[[int], tuple[float, bool] | None],
         stall_timeout_s: float,
         env: dict[str, str] | None = None,
         log_dir: str | None = None,
+        on_exit: Callable[[int], None] = lambda pid: None,
     ) -> None:
         self._command = command
-        self._last_seen = last_seen
+        self._stall_clock = stall_clock
+        self._on_exit = on_exit
         self._stall_timeout_s = stall_timeout_s
         self._env = env
         self._log_dir = log_dir
         self._slots = [_Slot(i) for i in range(count)]
         self._stopping = False
         self.restarts_total = 0
+        self.stall_kills = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -68,9 +76,6 @@ class CollectorSupervisor:
 
     def pids(self) -> list[int]:
         return [s.process.pid for s in self._slots if s.process is not None and s.process.poll() is None]
-
-    def alive(self) -> int:
-        return len(self.pids())
 
     def poll(self) -> None:
         """Call from the head's loop: restart exited or stalled collectors when their backoff expires."""
@@ -84,12 +89,15 @@ class CollectorSupervisor:
                 if code is not None:
                     slot.exit_codes.append(code)
                     slot.process = None
+                    self._on_exit(proc.pid)
                     self._schedule_restart(slot, now, f"exited with code {code}")
                 elif self._stalled(slot, now):
-                    log.warning("collector slot %d (pid %d) stalled for %.0f s; killing it", slot.index, proc.pid,
-                                self._stall_timeout_s)
+                    log.warning("collector slot %d (pid %d) sent nothing for %.0f s while the head was ready to read "
+                                "(not stepping); killing it", slot.index, proc.pid, self._stall_timeout_s)
                     _kill(proc)
                     slot.process = None
+                    self.stall_kills += 1
+                    self._on_exit(proc.pid)
                     self._schedule_restart(slot, now, "stalled")
             if slot.process is None and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
@@ -122,7 +130,10 @@ class CollectorSupervisor:
     def _stalled(self, slot: _Slot, now: float) -> bool:
         if now - slot.started_at < self._stall_timeout_s:
             return False
-        seen = self._last_seen(slot.process.pid) if slot.process is not None else None
+        clock = self._stall_clock(slot.process.pid) if slot.process is not None else None
+        if clock is not None and clock[1]:
+            return False  # its chunks are held by the head (flow control): not a stall
+        seen = clock[0] if clock is not None else None
         reference = slot.started_at if seen is None or seen < slot.started_at else seen
         return now - reference > self._stall_timeout_s
 

@@ -21,7 +21,7 @@ import numpy as np
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 
 MAGIC = b"MAPX"
-VERSION = 2  # 2: data sockets are DEALER <-> DEALER and carry CREDIT back
+VERSION = 3  # 3: data sockets are ROUTER (head) <- DEALER with the WELCOME's routing id; 2: DEALER <-> DEALER
 
 HELLO = 1
 WELCOME = 2
@@ -181,9 +181,10 @@ def encode_episode(summary: EpisodeSummary, collector: int, seq: int, weight_ver
     return [Header(EPISODE_SUMMARY, collector, seq, weight_version=weight_version).pack(), body]
 
 
-def encode_simple(msg_type: int, collector: int = 0, seq: int = 0, weight_version: int = 0) -> list[bytes]:
-    """HEARTBEAT / HEAD_HEARTBEAT / BYE / STOP / CREDIT: the header alone."""
-    return [Header(msg_type, collector, seq, weight_version=weight_version).pack()]
+def encode_simple(msg_type: int, collector: int = 0, seq: int = 0, weight_version: int = 0,
+                  count: int = 0) -> list[bytes]:
+    """HEARTBEAT / HEAD_HEARTBEAT / BYE / STOP / CREDIT: the header alone (HEARTBEAT count 1 = waiting)."""
+    return [Header(msg_type, collector, seq, count, weight_version=weight_version).pack()]
 
 
 # ---------------------------------------------------------------------------- decoding

@@ -95,3 +95,17 @@ def decode_weights(parts: Sequence[Any], reference: Mapping[str, torch.Tensor]) 
             raise ProtocolError("nonfinite_weights", name)
         out[name] = tensor
     return header.weight_version, out
+
+
+def weights_frame_limit(config: Any) -> int:
+    """Largest WEIGHTS frame a collector with `config` can expect: its biggest tensor (plus the manifest).
+
+    The network is built on the meta device (shapes only, no memory), so this is cheap."""
+    from shared.env_factory import env_spec_of
+    from shared.network import build_q_network
+
+    shape, _, num_actions, stack = env_spec_of(config.env)
+    with torch.device("meta"):
+        net = build_q_network(shape, stack, num_actions, config.learner.hidden, config.learner.dueling)
+    largest = max(t.numel() * t.element_size() for t in net.state_dict().values())
+    return int(largest) + MAX_JSON_BYTES

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,11 +18,13 @@ from hypothesis import strategies as st
 import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
-from replay.consolidation import ConsolidationThread, collector_epsilon
+from replay.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread, collector_epsilon
+from replay.peers import PENDING_SUMMARIES_PER_STREAM
 from shared import protocol as P
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
 from shared.keys import CurveClient, generate, load_client
+from tests.cluster_helpers import wait_for
 
 SPEC = P.ObsSpec((84, 84), np.dtype(np.uint8), 4, max_streams=4)
 
@@ -97,8 +100,10 @@ class Head:
         self.replay = replay
         self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
         self.cid = self.welcome.collector_id
-        self.push = self.ctx.socket(zmq.DEALER)  # the head binds a DEALER per collector
+        self.welcome_pid = os.getpid()
+        self.push = self.ctx.socket(zmq.DEALER)  # the head binds a ROUTER per collector
         self.push.linger = 0
+        self.push.setsockopt(zmq.ROUTING_ID, self.welcome.data_token)  # the owner's proof (from WELCOME)
         if curve is not None:
             curve.apply(self.push)
         if raw_socket:  # off when a real HeadLink takes the endpoint (a second peer would get half the CREDITs)
@@ -158,7 +163,7 @@ def test_valid_messages_are_counted_and_written(head: Head) -> None:
     for chunk in chunks:
         head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
     head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
-    head.send(P.encode_episode(P.EpisodeSummary(0, 37, 12.0, 100, False, 1, 1), head.cid, head.next_seq(), 5))
+    head.send(P.encode_episode(P.EpisodeSummary(0, 20, 12.0, 100, False, 1, 1), head.cid, head.next_seq(), 5))
     head.wait_handled(before, 5)
     s = head.thread.stats()
     assert (s.chunks, s.heartbeats, s.episodes, s.rejected, s.gaps) == (3, 1, 1, 0, 0)
@@ -167,6 +172,25 @@ def test_valid_messages_are_counted_and_written(head: Head) -> None:
     line = head.thread.processor_line()
     assert line.startswith("[PROCESSOR] Processed: ") and "Batches: 3, Drops: 0, Buffer: " in line
     assert "Consolidated Queue: " in line
+
+
+def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> None:
+    """A forged summary (no transitions behind it) never reaches the episode statistics."""
+    send = head.send
+    for _ in range(20):  # 20 "solved" episodes at 0 env steps: what stopped a --target-return run
+        send(P.encode_episode(P.EpisodeSummary(0, 1, 475.0, 0, False, 1, 1), head.cid, head.next_seq(), 5))
+    send(P.encode_episode(P.EpisodeSummary(1, 1, 5e9, 0, False, 1, 1), head.cid, head.next_seq(), 5))
+    send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    assert wait_for(lambda: head.thread.stats().heartbeats == 1, 10, 0.005)
+    s = head.thread.stats()
+    assert s.episodes == 0 and s.recent_episodes == []
+    assert s.rejected_by_reason == {"episode_out_of_range": 1}  # 5e9 in one step is beyond any reward bound
+    # the stream's transitions arrive: the summaries they cover now count (8 transitions: 8 one-step episodes,
+    # of which only the newest PENDING_SUMMARIES_PER_STREAM were kept)
+    send(P.encode_chunk(counting_chunks(1)[0], head.cid, head.next_seq(), 5))
+    assert wait_for(lambda: head.thread.stats().episodes > 0, 10, 0.005)
+    s = head.thread.stats()
+    assert s.episodes == min(8, PENDING_SUMMARIES_PER_STREAM) == len(s.recent_episodes)
 
 
 def test_sequence_duplicates_rejected_gaps_counted(head: Head) -> None:
@@ -335,14 +359,15 @@ def test_curve_admits_authorized_clients_only(tmp_path, caplog) -> None:
 def test_silent_collectors_and_forget(head: Head) -> None:
     time.sleep(0.3)
     assert head.thread.silent_collectors(0.2) == [head.cid]
-    assert time.monotonic() - head.thread.last_seen_by_slot(0) >= 0.3 and head.thread.last_seen_by_slot(5) is None
+    clock, held = head.thread.stall_clock_of_pid(head.welcome_pid)
+    assert time.monotonic() - clock >= 0.3 and not held
     head.thread.forget(head.cid)
     deadline = time.monotonic() + 5
-    while not head.thread.stats().collectors[head.cid]["closed"]:
+    while head.cid in head.thread.stats().collectors:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert head.thread.silent_collectors(0.2) == [] and head.thread.is_alive()
-    assert head.thread.last_seen_by_slot(0) is None
+    assert head.thread.stall_clock_of_pid(head.welcome_pid) is None and head.thread.stats().reclaimed == 1
 
 
 def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
@@ -352,11 +377,13 @@ def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
     config = small_config(local_transport="tcp", socket_buffer_bytes=socket_buffer_bytes)
     head = Head(RecordingSink(), config, raw_socket=False)
     try:
-        head.thread.admit = lambda: False  # the learner is "behind": nothing is read from data sockets
-        time.sleep(0.25)  # let a round that began before the gate shut (poll up to 100 ms) finish
+        head.thread.admit = lambda: False  # the learner is "behind": chunks are parked, not written
         link = HeadLink(head.ctx, head.welcome)
         assert link.data.sndbuf == (socket_buffer_bytes or link.data.sndbuf)
-        message = P.encode_simple(P.HEARTBEAT, head.cid, 1, 5)
+        for seq, chunk in enumerate(counting_chunks(PARKED_WITHOUT_CREDITS), start=1):  # fill the park:
+            P.send_parts(link.data, P.encode_chunk(chunk, head.cid, seq, 5))  # then the socket is not read
+        assert wait_for(lambda: head.thread.stats().parked == PARKED_WITHOUT_CREDITS, 10, 0.005)
+        message = P.encode_simple(P.HEARTBEAT, head.cid, PARKED_WITHOUT_CREDITS + 1, 5)
         sent, stalled_since = 0, None
         while sent < limit:
             try:

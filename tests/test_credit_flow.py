@@ -34,7 +34,7 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
     sink = RecordingSink()
     head = Head(sink, config, raw_socket=False)
     gate_open = threading.Event()
-    head.thread.admit = gate_open.is_set  # the learner is "behind": nothing is read
+    head.thread.admit = gate_open.is_set  # the learner is "behind": chunks are parked, not written
     stop = threading.Event()
     link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
     chunks = counting_chunks(6)
@@ -51,10 +51,13 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
     try:
         time.sleep(0.25)  # a round that began before the gate shut (poll up to 100 ms) has finished
         sender.start()
-        assert wait_for(lambda: link.seq == 2, 10, 0.005), "the first two chunks were not sent"
-        time.sleep(0.5)
-        assert link.seq == 2 and len(results) == 2, "a third chunk went out without credit"
+        assert wait_for(lambda: len(link.unacked_chunks) == 2, 10, 0.005), "the first two chunks were not sent"
+        time.sleep(1.5)
+        assert len(results) == 2, "a third chunk went out without credit"
         assert list(link.unacked_chunks) == [1, 2] and sink.chunks == []
+        # meanwhile its heartbeats say it is waiting for the head, and the head holds its two chunks
+        state = head.thread.stats().collectors[head.cid]
+        assert state["waiting"] and state["parked"] == 2 and head.thread.stats().heartbeats >= 1
         gate_open.set()
         sender.join(10)
         assert not sender.is_alive() and results == [True] * 6
