@@ -39,8 +39,9 @@ class ProgressTracker:
         if self._last_updates is None:
             self._last_updates = int(counters.get("updates", updates))
             self._last_samples = samples
-        versions = [c["weight_version"] for c in stats.collectors.values() if not c["closed"]]
-        epsilons = [c["epsilon"] for c in stats.collectors.values() if not c["closed"]]
+        live = [c for c in stats.collectors.values() if not c["closed"]]  # reclaimed ones are already gone
+        versions = [c["weight_version"] for c in live]
+        epsilons = [c["epsilon"] for c in live]
         returns = [e.episode_return for e in self._episodes]
         xs = [e.x_pos for e in self._episodes]
         record: dict[str, Any] = {
@@ -62,12 +63,15 @@ class ProgressTracker:
             "weight_lag": (weight_version - min(versions)) if versions else float("nan"),
             "epsilon_mean": _mean(epsilons),
             "collectors_alive": len(versions),
+            "collectors_waiting": sum(bool(c.get("waiting")) for c in live),  # held by the insert gate / credits
             "restarts": restarts,
             "rejected": stats.rejected,
+            "rejected_by_reason": dict(stats.rejected_by_reason),
+            "registrations_reclaimed": stats.reclaimed,
             "gaps": stats.gaps,
         }
         for key in ("loss", "td_error", "mean_q", "grad_norm", "data_wait_frac", "ratio_state", "replay_ratio",
-                    "compile_s", "samples"):
+                    "compile_s", "samples", "skipped_updates"):
             if key in learner:
                 record[key] = learner[key]
         self._last_t, self._last_steps = now, env_steps
@@ -96,7 +100,8 @@ class ProgressTracker:
             f"upd {r['updates']:,} ({r['updates_per_s']:.1f}/s) replay {r['replay_size']:,}/{cap:,}{fill} "
             f"ret20 {_fmt(r['mean_return_20'])} x20 {_fmt(r['mean_x_pos_20'], 0)} best_x {r['best_x_pos']:,} "
             f"flags {r['flags']} lag {_fmt(r['weight_lag'], 1)} "
-            f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} restarts {r['restarts']}"
+            f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} "
+            f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"
             f" {r.get('ratio_state', '')}".rstrip()
         )
 
