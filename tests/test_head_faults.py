@@ -1,0 +1,123 @@
+"""Faults around the head that are not a peer's doing: a full disk, a failed start, a collector
+told to stop while it is still registering, and a replaced collector's registration."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import zmq
+
+import learner.head as head_module
+from learner.head import Head, StopAt
+from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
+from tests.cluster_helpers import ROOT, head_env
+
+pytestmark = pytest.mark.slow
+
+
+def cartpole(collectors: int = 0, **learner) -> Config:
+    return replace(
+        Config(),
+        env=EnvConfig(env_id="CartPole-v1", max_episode_steps=500),
+        collectors=CollectorConfig(count=collectors, envs_per_collector=2, chunk_steps=16),
+        replay=ReplayConfig(capacity=10_000),
+        learner=LearnerConfig(device="cpu", precision="fp32", hidden=32, warmup_transitions=200, **learner),
+        transport=TransportConfig(port=0),
+    )
+
+
+def test_a_failing_periodic_checkpoint_is_a_warning_and_the_run_goes_on(tmp_path, monkeypatch, caplog) -> None:
+    """ENOSPC at every periodic checkpoint: warned and retried, the previous checkpoint kept, exit normal."""
+    monkeypatch.setattr(head_module, "CHECKPOINT_RETRY_S", 0.2)
+    head = Head(cartpole(collectors=1, checkpoint_every_s=0.3), tmp_path / "run")
+    head.save_checkpoint()  # the last good one
+    good = (tmp_path / "run" / "checkpoint" / "meta.json").read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(head.learner, "save_checkpoint", full_disk)
+    try:
+        summary = head.run(StopAt(seconds=4.0), threading.Event())
+    finally:
+        head.close(checkpoint=False)
+    assert summary["reason"] == "max_seconds" and summary["env_steps"] > 0
+    assert head.checkpoint_failures >= 3  # retried every CHECKPOINT_RETRY_S, not every loop turn
+    assert "checkpoint failed" in caplog.text and "No space left on device" in caplog.text
+    assert (tmp_path / "run" / "checkpoint" / "meta.json").read_bytes() == good
+
+
+def _our_temp_dirs() -> set[str]:
+    return {p.name for p in Path("/tmp").iterdir() if p.name.startswith(("mapx-", "mario-apex-"))}
+
+
+def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path) -> None:
+    """The control port is taken: the head fails after its replay, publisher and temp folders exist."""
+    blocker = zmq.Context.instance().socket(zmq.ROUTER)
+    port = blocker.bind_to_random_port("tcp://127.0.0.1")
+    before = _our_temp_dirs()
+    try:
+        cfg = replace(cartpole(), transport=TransportConfig(port=port))
+        with pytest.raises(zmq.ZMQError):
+            Head(cfg, tmp_path / "run")
+    finally:
+        blocker.close(0)
+    assert _our_temp_dirs() - before == set()
+    # and the same port works again right away: nothing of the failed head still holds it
+    head = Head(replace(cartpole(), transport=TransportConfig(port=port)), tmp_path / "run2")
+    head.close(checkpoint=False)
+
+
+def test_a_collector_still_registering_exits_on_sigterm() -> None:
+    """Nobody answers its HELLO; SIGTERM must end it at once, not after --register-timeout."""
+    with zmq.Context() as ctx:
+        silent = ctx.socket(zmq.ROUTER)  # accepts the connection, never answers
+        port = silent.bind_to_random_port("tcp://127.0.0.1")
+        proc = subprocess.Popen([sys.executable, "-m", "actors", "--connect", f"tcp://127.0.0.1:{port}", "--slot", "0",
+                                 "--parent-pid", str(os.getpid()), "--register-timeout", "120"],
+                                cwd=ROOT, env=head_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            assert silent.poll(30_000), "the collector never sent HELLO"
+            proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            proc.wait(timeout=10)
+            assert time.monotonic() - t0 < 3.0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            silent.close(0)
+    assert proc.returncode in (0, 2), proc.stderr.read().decode()[-2000:]
+
+
+def test_a_killed_collector_leaves_the_live_set(tmp_path) -> None:
+    """kill -9 a local collector: its registration is reclaimed at once; the replacement is the only live one."""
+    head = Head(cartpole(collectors=1), tmp_path / "run")
+    stop = threading.Event()
+    runner = threading.Thread(target=head.run, args=(StopAt(seconds=60.0), stop))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not head.consolidation.stats().collectors:
+            assert time.monotonic() < deadline, "the collector never registered"
+            time.sleep(0.1)
+        first = head.supervisor.pids()[0]
+        os.kill(first, signal.SIGKILL)
+        while head.consolidation.stats().registrations < 2 or len(head.consolidation.stats().collectors) != 1:
+            assert time.monotonic() < deadline, head.consolidation.stats()
+            time.sleep(0.1)
+        live = head.consolidation.stats().collectors
+        assert [c["pid"] for c in live.values()] != [first] and head.consolidation.stats().reclaimed == 1
+    finally:
+        stop.set()
+        runner.join(30)
+        head.close(checkpoint=False)
