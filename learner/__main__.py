@@ -2,6 +2,8 @@
 
 First SIGINT/SIGTERM: stop collectors, write the checkpoint, close everything, exit 0.
 Second SIGINT: kill the local collectors and exit at once (status 130).
+A bad input (flag, config value, env, run dir, keys, device, port) exits 2 with one `error: ...`
+line on stderr (a logged ERROR line once logging is set up), never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: extra threads fight the collectors
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import errno  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -20,6 +23,10 @@ from learner.cli import parse_args  # noqa: E402
 from shared.config import ConfigError  # noqa: E402
 
 log = logging.getLogger("mario_apex")
+
+
+def _one_line(exc: BaseException | str) -> str:
+    return " ".join(str(exc).split())
 
 
 def _setup_logging(run_dir) -> None:
@@ -39,9 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, opts = parse_args(argv)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    _setup_logging(opts.run_dir)
+    try:
+        _setup_logging(opts.run_dir)
+    except OSError as exc:  # checked in parse_args; this is the race or the case os.access cannot see
+        print(f"error: --run-dir {opts.run_dir}: cannot write there: {_one_line(exc)}", file=sys.stderr)
+        return 2
     from learner.checkpoint import CheckpointError
     from learner.head import Head, StopAt
 
@@ -66,14 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     import zmq
 
+    # A failing Head() has no object to close: it must release what it made so far (ipc temp dirs,
+    # sockets, threads) itself before the exception gets here.
     try:
         head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume)
     except (ConfigError, CheckpointError) as exc:
-        log.error("%s", exc)
+        log.error("%s", _one_line(exc))
         return 2
     except zmq.ZMQError as exc:
-        log.error("cannot bind the head's sockets: %s. Is another head running on this machine? "
-                  "Pick other ports with --port N (control N, weights N+1) or --set transport.port=0 (any free)", exc)
+        if exc.errno == errno.EADDRINUSE:
+            log.error("cannot bind the head's sockets: %s. Is another head running on this machine? Pick other "
+                      "ports with --port N (control N, weights N+1) or --set transport.port=0 (any free)",
+                      _one_line(exc))
+        else:
+            log.error("cannot bind the head's sockets on transport.bind=%s: %s", cfg.transport.bind, _one_line(exc))
+        return 2
+    except OSError as exc:  # e.g. the run dir filled up or vanished between the checks and here
+        log.error("cannot start the head: %s", _one_line(exc))
         return 2
     head_box.append(head)
     try:

@@ -2,18 +2,32 @@
 
 Turns a profile, `--set section.field=value` overrides and the shortcut flags into one
 validated `Config` before anything is allocated; a bad value exits with status 2 and a message
-naming the field, the value and what is allowed.
+naming the field, the value and what is allowed. Validation covers what needs the outside world
+too (the env id and its spaces, memory for replay and networks, the run dir, CURVE keys, CUDA, a
+checkpoint to resume), so a bad input fails before any socket, temp dir, buffer or process exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
+import math
+import os
+import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from config_optimized import PROFILES, load_profile
-from shared.config import Config, ConfigError
+from shared.config import Config, ConfigError, TransportConfig, check_memory
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (`error: ...`, status 2) instead of usage + error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see python -m learner --help)\n")
 
 
 @dataclass(frozen=True)
@@ -30,7 +44,7 @@ class RunOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m learner",
         description="Train Mario Ape-X: the head binds the sockets, runs replay and learner, and starts collectors.",
     )
@@ -39,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one config field; repeatable")
     parser.add_argument("--env", dest="env_id", help="any Gymnasium id (default: Mario 1-1)")
     parser.add_argument("--collectors", type=int, help="local collector processes (0 = only remote ones)")
-    parser.add_argument("--bind", help="address to bind; non-loopback requires --curve-keys")
+    parser.add_argument("--bind", help="IPv4 address (or localhost) to bind; non-loopback requires --curve-keys")
     parser.add_argument("--port", type=int, help="control port (data and weight sockets are assigned)")
     parser.add_argument("--curve-keys", help="directory made by `make keys` (enables CURVE authentication)")
     parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
@@ -76,12 +90,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise ConfigError(f"--{name.replace('_', '-')}={value} is invalid: allowed a non-negative integer")
+    if args.max_seconds is not None and not (math.isfinite(args.max_seconds) and args.max_seconds >= 0):
+        raise ConfigError(f"--max-seconds={args.max_seconds} is invalid: allowed a finite number >= 0")
+    if args.target_return is not None and not math.isfinite(args.target_return):
+        raise ConfigError(f"--target-return={args.target_return} is invalid: allowed a finite number")
     resume = Path(args.resume) if args.resume else None
     if resume is not None and not resume.is_dir():
         raise ConfigError(f"--resume {resume}: no such run directory")
     run_dir = Path(args.run_dir or cfg.logging.run_dir or (resume or Path("runs") / time.strftime("%Y%m%d-%H%M%S")))
     cfg = replace(cfg, logging=replace(cfg.logging, run_dir=str(run_dir)))
     cfg.check_valid()
+    check_run_dir(run_dir)
+    check_runtime(cfg, resume)
     return cfg, RunOptions(
         run_dir=run_dir,
         resume=resume,
@@ -91,6 +111,73 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         target_return=args.target_return,
         train=not args.no_train,
     )
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """ConfigError unless `run_dir` is a directory or can be created as one, and is writable (nothing is created)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} is invalid: it exists and is not a directory")
+    probe = run_dir
+    while not probe.exists() and probe != probe.parent:  # the nearest existing ancestor decides
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} is invalid: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--run-dir {run_dir} is invalid: {probe} is not writable")
+
+
+def check_runtime(cfg: Config, resume: Path | None = None) -> None:
+    """The checks that need more than the config: env id and spaces, memory with the real obs geometry,
+    CURVE keys, CUDA, a checkpoint to resume and free TCP ports. ConfigError (one line) for each."""
+    from shared.env_factory import env_spec_of  # gymnasium: imported only once the config itself is valid
+
+    obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
+    obs_bytes = obs_dtype.itemsize * math.prod(obs_shape)
+    check_memory(cfg, obs_shape=tuple(obs_shape), obs_bytes=obs_bytes, stack=stack, num_actions=num_actions)
+    if cfg.transport.curve_keys_dir:
+        from shared.keys import load_server
+
+        load_server(cfg.transport.curve_keys_dir)  # presence of every file and that each parses
+    if cfg.learner.device == "cuda":
+        from learner.head import resolve_device  # torch: only when a GPU is demanded
+
+        resolve_device(cfg.learner.device)
+    if resume is not None:
+        from learner.checkpoint import CheckpointError, find_checkpoint
+
+        try:
+            find_checkpoint(resume)  # loading (and its integrity checks) happens in the head
+        except CheckpointError as exc:
+            raise ConfigError(f"--resume {exc}") from exc
+    check_ports(cfg.transport)
+
+
+def check_ports(t: TransportConfig) -> None:
+    """ConfigError when the control or weights port cannot be bound (another head?), before the head binds.
+
+    A probe, not a reservation: the head's own bind still reports a port taken in between. Skipped for
+    port 0 (any free) and binds that are not IPv4 literals or localhost (interface names: zmq reports).
+    """
+    if t.port == 0:
+        return
+    try:
+        ipaddress.IPv4Address(t.bind)
+    except ValueError:
+        if t.bind != "localhost":
+            return
+    for port in (t.port, t.port + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq does: TIME_WAIT is no clash
+            try:
+                sock.bind((t.bind, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"transport.port={t.port}: cannot bind {t.bind}:{port}: {exc.strerror}. Is another head "
+                        "running on this machine? Pick other ports with --port N (control N, weights N+1) or --set "
+                        "transport.port=0 (any free)") from None
+                raise ConfigError(f"transport.bind={t.bind!r}: cannot bind {t.bind}:{port}: "
+                                  f"{exc.strerror or exc}") from None
 
 
 def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:

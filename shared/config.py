@@ -11,12 +11,15 @@ Every field carries a one-line comment saying what it trades. `Config.check_vali
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, get_type_hints
 
 MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
+MARIO_PREFIX = "SuperMarioBros"
 ACTION_SETS = ("right_only", "simple", "complex")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -231,10 +234,18 @@ def _int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
 
 
 def _float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)  # NaN, inf fail
     ok = ok and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
         _fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -249,6 +260,82 @@ def estimate_replay_bytes(cfg: Config, obs_bytes: int | None = None) -> int:
     per_slot_metadata = 8 * 6  # indices, return, discount, action, priority leaf (see replay.storage)
     tree_bytes = 2 * 8 * _next_pow2(cfg.replay.capacity)
     return cfg.replay.capacity * (obs_bytes + per_slot_metadata) + tree_bytes
+
+
+# Parameter-sized buffers, in fp32 copies of the Q-network. The learner: online, target, gradients,
+# Adam's two moments, autocast's low-precision weight casts and the publisher's CPU snapshot (a CPU
+# bf16 update of a Mario net with hidden=8192 measured 7.7 copies of peak RSS). Each collector: its
+# network, the received weights message and the decoded tensors.
+LEARNER_NETWORK_COPIES = 8
+COLLECTOR_NETWORK_COPIES = 3
+NATURE_CNN_MIN_SIDE = 36  # smallest frame side the Nature CNN's three convolutions leave features for
+
+
+def _nature_cnn_side(side: int) -> int:
+    """Output side of shared/network.py NatureCNN (kernels 8/4/3, strides 4/2/1) for one input side."""
+    side = (side - 8) // 4 + 1
+    side = (side - 4) // 2 + 1
+    return side - 2
+
+
+def estimate_network_params(
+    cfg: Config,
+    obs_shape: tuple[int, ...] | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> int:
+    """Parameter count of shared/network.py `build_q_network` for this config, by arithmetic (no torch).
+
+    `obs_shape` is one observation's shape ((H, W) frames, (D,) vectors). None: Mario ids use
+    (frame_size, frame_size) x frame_stack; other envs an unknown vector whose input layer is not
+    counted (a lower bound: the hidden x hidden layers dominate wide networks).
+    """
+    e, hidden = cfg.env, cfg.learner.hidden
+    from_config = obs_shape is None and isinstance(e.env_id, str) and e.env_id.startswith(MARIO_PREFIX)
+    if from_config:
+        obs_shape = (e.frame_size, e.frame_size)
+    if num_actions is None and from_config:
+        from shared.mario_actions import ACTION_LISTS  # a plain table: no emulator, no torch
+
+        num_actions = len(ACTION_LISTS.get(e.action_set, ACTION_LISTS["complex"]))
+    elif num_actions is None:
+        num_actions = 1  # unknown: the fewest there can be (a lower bound)
+    if obs_shape is None:
+        torso, features = hidden, hidden  # bias only: the input width is unknown here
+    elif len(obs_shape) == 2:
+        stack = e.frame_stack if stack is None else stack
+        side_h, side_w = _nature_cnn_side(int(obs_shape[0])), _nature_cnn_side(int(obs_shape[1]))
+        if side_h < 1 or side_w < 1:
+            if from_config:
+                _fail("env.frame_size", e.frame_size, f"an integer in [{NATURE_CNN_MIN_SIDE}, 256] "
+                      "(smaller frames leave the Nature CNN no features)")
+            raise ConfigError(f"env {e.env_id!r}: {obs_shape[0]}x{obs_shape[1]} observations are too small for "
+                              f"the Nature CNN (needs at least {NATURE_CNN_MIN_SIDE}x{NATURE_CNN_MIN_SIDE})")
+        torso = (stack * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64)
+        features = 64 * side_h * side_w
+    else:
+        flat = 1 if stack is None else stack
+        for dim in obs_shape:
+            flat *= int(dim)
+        torso, features = flat * hidden + hidden, hidden
+    advantage = features * hidden + hidden + hidden * num_actions + num_actions
+    value = features * hidden + hidden + hidden + 1 if cfg.learner.dueling else 0
+    return torso + advantage + value
+
+
+def estimate_network_bytes(
+    cfg: Config,
+    obs_shape: tuple[int, ...] | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> int:
+    """Bytes of all parameter-sized buffers: LEARNER_NETWORK_COPIES plus COLLECTOR_NETWORK_COPIES per local collector."""
+    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
+    return 4 * params * _network_copies(cfg)
+
+
+def _network_copies(cfg: Config) -> int:
+    return LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
 
 
 def _next_pow2(n: int) -> int:
@@ -323,8 +410,14 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("learner.torch_threads", lrn.torch_threads, 1, 256)
 
     if not isinstance(t.bind, str) or not t.bind:
-        _fail("transport.bind", t.bind, "an IP address such as 127.0.0.1 or 0.0.0.0")
-    if t.bind not in ("127.0.0.1", "localhost", "::1") and not t.curve_keys_dir:
+        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+    if ":" in t.bind:  # the head's sockets do not set zmq.IPV6, so an IPv6 bind fails with "No such device"
+        _fail("transport.bind", t.bind, "an IPv4 address or localhost (IPv6 is not enabled on the head's "
+              "ZeroMQ sockets; for loopback use 127.0.0.1)")
+    if t.bind != "localhost" and not _is_ipv4(t.bind):  # names make zmq resolve them: it can hang for minutes
+        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0, or localhost "
+              "(not a host or interface name)")
+    if t.bind not in ("127.0.0.1", "localhost") and not t.curve_keys_dir:
         _fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
     if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
         _int_range("transport.port", t.port, 1024, 65000)
@@ -338,11 +431,39 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
     _int_range("logging.episode_window", lg.episode_window, 1, 100_000)
 
-    needed = estimate_replay_bytes(cfg)
+    check_memory(cfg, available_bytes)
+
+
+def check_memory(
+    cfg: Config,
+    available_bytes: int | None = None,
+    obs_shape: tuple[int, ...] | None = None,
+    obs_bytes: int | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> None:
+    """Refuse a config whose replay plus networks would not fit in 80% of available memory.
+
+    Without the env geometry (obs_shape etc., known once the env is inspected) Mario ids use
+    their frame geometry and other envs lower bounds; the CLI calls this again with the real one.
+    """
+    r = cfg.replay
+    needed = estimate_replay_bytes(cfg, obs_bytes)
     available = available_memory_bytes() if available_bytes is None else available_bytes
     if needed > 0.8 * available:
         raise ConfigError(
             f"replay.capacity={r.capacity} needs about {needed} bytes ({needed / 2**30:.2f} GiB) "
             f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
             f"allowed: a capacity whose estimate stays under 80% of available memory"
+        )
+    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
+    net = estimate_network_bytes(cfg, obs_shape, stack, num_actions)
+    if needed + net > 0.8 * available:
+        raise ConfigError(
+            f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters "
+            f"({4 * params / 2**30:.2f} GiB in fp32); {_network_copies(cfg)} copies of it ({LEARNER_NETWORK_COPIES} "
+            f"in the learner, {COLLECTOR_NETWORK_COPIES} per local collector with collectors.count="
+            f"{cfg.collectors.count}) need about {net} bytes ({net / 2**30:.2f} GiB), plus {needed / 2**30:.2f} GiB "
+            f"of replay, but only {available} bytes ({available / 2**30:.2f} GiB) are available; allowed: a "
+            f"learner.hidden (or collectors.count) whose estimate stays under 80% of available memory"
         )

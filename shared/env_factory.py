@@ -20,7 +20,7 @@ import re
 import gymnasium as gym
 import numpy as np
 
-from shared.config import EnvConfig
+from shared.config import ConfigError, EnvConfig
 from shared.mario_actions import check_action_set, num_actions
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
@@ -35,12 +35,12 @@ def _mario_ids() -> list[str]:
 
 
 def parse_mario_id(env_id: str) -> tuple[tuple[int, int] | None, str]:
-    """(target (world, stage) or None for the full game, rom_mode); ValueError for unsupported ids."""
+    """(target (world, stage) or None for the full game, rom_mode); ConfigError (a ValueError) for unsupported ids."""
     match = _MARIO_ID.match(env_id)
     if match is None:
         close = difflib.get_close_matches(env_id, _mario_ids(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(
+        raise ConfigError(
             f"unknown Mario env id {env_id!r}: supported are SuperMarioBros-vN (full game) and "
             f"SuperMarioBros-W-S-vN (W 1-8, S 1-4, N 0-3; Lost Levels, SMB2/SMB3 and random stages are not supported){hint}"
         )
@@ -57,15 +57,27 @@ def _ensure_registered(env_id: str) -> None:
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown env id {env_id!r}: not a registered Gymnasium id nor a SuperMarioBros id{hint}")
+        raise ConfigError(f"unknown env id {env_id!r}: not a registered Gymnasium id nor a SuperMarioBros id{hint}")
+
+
+def check_env_id(env_id: object) -> None:
+    """Raise ConfigError (a ValueError) naming `env_id` unless it is a supported Mario id or a registered Gymnasium id.
+
+    Needs no emulator and builds nothing; the action and observation spaces are checked by `env_spec_of`.
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise ConfigError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
+    if env_id.startswith(MARIO_PREFIX):
+        parse_mario_id(env_id)
+    else:
+        _ensure_registered(env_id)
 
 
 def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     """Build the env `env_config` describes (not yet reset: call reset(seed=...))."""
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
-    if not isinstance(env_id, str) or not env_id:
-        raise ValueError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
+    check_env_id(env_id)
     if env_id.startswith(MARIO_PREFIX):
         target, rom_mode = parse_mario_id(env_id)
         from shared.mario_env import MarioEnv  # imported lazily: it loads the emulator packages
@@ -81,7 +93,6 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
             rom_mode=rom_mode,
             render_mode=render_mode,
         )
-    _ensure_registered(env_id)
     kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes one
     return gym.make(
         env_id,
@@ -95,28 +106,36 @@ def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, 
     """(obs_shape, obs_dtype, num_actions, stack) without stepping; stack is 1 for non-2-D obs.
 
     Mario specs come from the config alone (building the emulator skips the start screen,
-    ~0.5 s); other envs are built, inspected and closed.
+    ~0.5 s); other envs are built, inspected and closed. Every unusable env (unknown id, missing
+    dependency, non-Discrete actions, non-Box observations) is a one-line ConfigError (a ValueError).
     """
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
-    if isinstance(env_id, str) and env_id.startswith(MARIO_PREFIX):
+    check_env_id(env_id)
+    if env_id.startswith(MARIO_PREFIX):
         _, rom_mode = parse_mario_id(env_id)
         if rom_mode != "vanilla":
             from shared.mario_emulator import package_generation
 
             if package_generation() == "gymnasium":
-                raise ValueError(f"{env_id!r}: non-vanilla ROMs (-v1/-v2/-v3) need gym-super-mario-bros 7.4")
+                raise ConfigError(f"{env_id!r}: non-vanilla ROMs (-v1/-v2/-v3) need gym-super-mario-bros 7.4")
         size = env_config.frame_size
         return (size, size), np.dtype(np.uint8), num_actions(env_config.action_set), env_config.frame_stack
-    env = make_env(env_config)
+    try:
+        env = make_env(env_config)
+    except (gym.error.Error, ImportError) as exc:  # e.g. DependencyNotInstalled (box2d, ale-py, mujoco)
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"env {env_id!r} cannot be built: {type(exc).__name__}: {detail}") from exc
     try:
         obs_space, act_space = env.observation_space, env.action_space
     finally:
         env.close()
+    if isinstance(act_space, gym.spaces.Box):
+        raise ConfigError(f"env {env_id!r} has a continuous action space ({act_space}); DQN needs Discrete")
     if not isinstance(act_space, gym.spaces.Discrete):
-        raise ValueError(f"{env_id!r} has action space {act_space}: DQN needs a Discrete action space")
+        raise ConfigError(f"env {env_id!r} has action space {act_space}; DQN needs Discrete")
     if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"{env_id!r} has observation space {obs_space}: expected a Box")
+        raise ConfigError(f"env {env_id!r} has observation space {obs_space}; expected a Box")
     shape = tuple(int(d) for d in obs_space.shape)
     stack = env_config.frame_stack if len(shape) == 2 else 1
     return shape, np.dtype(obs_space.dtype), int(act_space.n), stack

@@ -19,6 +19,8 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from shared.config import ConfigError
+
 log = logging.getLogger(__name__)
 AUTHORIZED = "authorized_clients"
 
@@ -62,19 +64,54 @@ def generate(directory: str | os.PathLike[str], overwrite: bool = False) -> Path
     return root
 
 
+SERVER_FILES = ("server.key_secret",)  # plus at least one AUTHORIZED/*.key
+CLIENT_FILES = ("client.key_secret", "server.key")
+
+
+def check_keys_dir(directory: str | os.PathLike[str], role: str = "server") -> Path:
+    """Raise ConfigError (one line) unless DIR holds the files `role` ("server": the head, "client": a collector) loads.
+
+    `make keys` writes all of them; a ConfigError is a ValueError, as before for unreadable keys.
+    """
+    root = Path(directory)
+    remedy = f"`make keys KEYS_DIR={root}` (python -m shared.keys --dir {root}) writes them"
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise ConfigError(f"--curve-keys {root} {what}; {remedy}")
+    needed = SERVER_FILES if role == "server" else CLIENT_FILES
+    missing = [name for name in needed if not (root / name).is_file()]
+    if role == "server":
+        auth = root / AUTHORIZED
+        if not auth.is_dir() or not any(auth.glob("*.key")):
+            missing.append(f"{AUTHORIZED}/*.key (the public keys of the collectors the head admits)")
+    if missing:
+        raise ConfigError(f"--curve-keys {root} lacks {', '.join(missing)}; {remedy}")
+    return root
+
+
+def _load(path: Path, want_secret: bool) -> tuple[bytes, bytes | None]:
+    try:
+        public, secret = zmq.auth.load_certificate(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--curve-keys {path.parent}: {path.name} is not a readable CURVE certificate "
+                          f"({' '.join(str(exc).split())})") from exc
+    if want_secret and secret is None:
+        raise ConfigError(f"--curve-keys {path.parent}: {path.name} holds no secret key")
+    return public, secret
+
+
 def load_server(directory: str | os.PathLike[str]) -> CurveServer:
-    public, secret = zmq.auth.load_certificate(str(Path(directory) / "server.key_secret"))
-    if secret is None:
-        raise ValueError(f"{directory}/server.key_secret holds no secret key")
+    """The head's key pair; ConfigError (one line) for a missing, incomplete or unreadable keys dir."""
+    root = check_keys_dir(directory, "server")
+    public, secret = _load(root / "server.key_secret", want_secret=True)
     return CurveServer(public, secret)
 
 
 def load_client(directory: str | os.PathLike[str]) -> CurveClient:
-    root = Path(directory)
-    public, secret = zmq.auth.load_certificate(str(root / "client.key_secret"))
-    server_public, _ = zmq.auth.load_certificate(str(root / "server.key"))
-    if secret is None:
-        raise ValueError(f"{directory}/client.key_secret holds no secret key")
+    """A collector's key pair plus the head's public key; ConfigError (one line) as for load_server."""
+    root = check_keys_dir(directory, "client")
+    public, secret = _load(root / "client.key_secret", want_secret=True)
+    server_public, _ = _load(root / "server.key", want_secret=False)
     return CurveClient(public, secret, server_public)
 
 
