@@ -12,6 +12,10 @@ Rules of thumb that the profiles follow:
 - Without a GPU the learner competes with collectors for cores; with one, it should never
   wait on the CPU side (replay frames on the GPU, big batches, AMP, torch.compile).
 - Replay memory is one 84x84 uint8 frame (7 KiB) per transition: 1M transitions ~ 7 GiB.
+
+On top of the hardware profile each environment has a preset (ENV_PRESETS, `env_preset`): the
+values tuned for that env, applied by `load_config` for every field the user did not `--set`, so
+`--env CartPole-v1` and `--set env.env_id=CartPole-v1` give the same config.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 from dataclasses import replace
 
 from shared.config import (
+    MARIO_DEFAULT_ENV,
     CollectorConfig,
     Config,
     ConfigError,
@@ -129,7 +134,99 @@ PROFILES = {
 
 
 def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Build a profile, apply `--set` overrides; validation is the caller's next step."""
+    """The hardware profile with `--set` overrides and NO env preset (unit tests, benches that pin values).
+
+    A run's config comes from `load_config`; validation is the caller's next step.
+    """
     if name not in PROFILES:
         raise ConfigError(f"--profile {name!r} is unknown: allowed one of {', '.join(PROFILES)}")
     return PROFILES[name]().with_overrides(list(overrides))
+
+
+# ---------------------------------------------------------------- per-environment presets
+# `section.field -> value` strings, exactly as `--set` takes them. `load_config` applies an env's
+# preset over the hardware profile for every field the user did not set; a `--set` always wins.
+
+# Mario: the hardware profiles and the field defaults in shared/config.py are already Mario's
+# (84x84 frames, 4500-step time limit, Ape-X epsilons, lr 1e-4); nothing more to add.
+MARIO_PRESET: dict[str, str] = {}
+
+# Cheap envs want a small, fresh replay and a fast-reacting learner. Tuned on CartPole-v1 on the
+# 2-core CPU box (scripts/cartpole_race.py, scripts/cartpole_sync.py, BENCHMARKS.md).
+CARTPOLE_PRESET: dict[str, str] = {
+    "replay.capacity": "100000",  # holds the whole 100k-step budget: forgetting early failures destabilizes CartPole
+    "learner.warmup_transitions": "1000",  # a few dozen random episodes are enough to start learning
+    "collectors.chunk_steps": "32",  # short chunks: transitions reach the replay while still on-policy-ish
+    "env.max_episode_steps": "500",
+    "learner.hidden": "256",  # wide enough to learn centring the cart (the ~160-return drift plateau); still cheap
+    "collectors.count": "2",  # two collectors give the Ape-X epsilon spread (0.1 and ~0) on two cores
+    "collectors.envs_per_collector": "4",  # env steps are ~free; more envs only widen the data lag
+    "collectors.eps_base": "0.1",  # CartPole needs little exploration; 0.4 keeps the measured return low
+    "learner.lr": "1e-3",  # a tiny MLP tolerates a 10x larger step than the Atari-sized 1e-4
+    # one update per 8 env steps, as with batch 128 / ratio 16, at ~60% of the cost per update: CartPole's
+    # wall time is the learner's. Sync harness, 12 seeds: 24k-58k env steps to 475 (batch 128: 33k-81k)
+    "learner.batch_size": "64",
+    "learner.samples_per_insert": "8",  # sample efficiency: each transition is replayed ~8 times
+    "learner.max_insert_lead": "1000",  # collectors outrun the learner on CartPole: make them wait (keeps the ratio)
+    "learner.target_update_every": "50",  # short sync period: Q values propagate one n-step per sync
+    "env.reward_scale": "0.1",  # Q ~10 instead of ~100: Adam climbs there in far fewer updates
+    "learner.prefetch": "false",  # a 5 ms MLP update loses more to the GIL than it gains (195 vs 142 upd/s)
+    "learner.weight_broadcast_every": "25",  # a 0.5 MB MLP is cheap to publish: fresher collector policies
+    # Credit-based flow control: a collector holds its next chunk until the head has read all but 2
+    # (data lag 25 updates median vs 100-300 with 4 KB TCP buffers; 16/17 runs solved vs 1/3; BENCHMARKS.md)
+    "transport.max_chunks_in_flight": "2",
+}
+
+# Any other non-Mario id (LunarLander-v3, MountainCar-v0, a registered custom env, ...): CartPole's
+# measured values are the best guess we have, untested on those envs. Note env.max_episode_steps=500
+# replaces the env's own time limit (MountainCar-v0 registers 200): `--set` it for such envs.
+SMALL_ENV_PRESET: dict[str, str] = dict(CARTPOLE_PRESET)
+
+# Acrobot-v1 (6 floats, 3 actions, -1 per step until the tip swings above the bar; its own 500-step
+# limit is the preset's env.max_episode_steps). UNTESTED: no Acrobot run has been measured with these.
+# Everything but eps_base is CartPole's by analogy (tiny MLP, cheap steps, the learner sets the pace;
+# reward_scale 0.1 keeps Q ~ -10 instead of ~ -100).
+ACROBOT_PRESET: dict[str, str] = {
+    **SMALL_ENV_PRESET,
+    # Untested: until the first swing-up every reward is -1, so a near-greedy untrained policy can go whole
+    # episodes without reaching the goal; keep the Ape-X spread (0.4 ... ~0.0007 over 2 collectors)
+    "collectors.eps_base": "0.4",
+}
+
+ENV_PRESETS: dict[str, dict[str, str]] = {
+    "CartPole-v1": CARTPOLE_PRESET,
+    "Acrobot-v1": ACROBOT_PRESET,
+}
+
+
+def env_preset(env_id: str) -> dict[str, str]:
+    """The preset for `env_id` (a copy): ENV_PRESETS by exact id, else Mario's for SuperMarioBros ids,
+    else SMALL_ENV_PRESET (any other Gymnasium id is taken to be a cheap vector env)."""
+    if env_id in ENV_PRESETS:
+        return dict(ENV_PRESETS[env_id])
+    if env_id.startswith("SuperMarioBros"):
+        return dict(MARIO_PRESET)
+    return dict(SMALL_ENV_PRESET)
+
+
+def env_id_of(overrides: list[str] | tuple[str, ...], default: str = MARIO_DEFAULT_ENV) -> str:
+    """The env id `overrides` select: the last `env.env_id=` assignment wins; `default` when there is none."""
+    env_id = default
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == "env.env_id":
+            env_id = value.strip()
+    return env_id
+
+
+def load_config(profile: str = "auto", overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """A run's config: hardware profile, then the env's preset for every field not in `overrides`, then `overrides`.
+
+    The env is the one `overrides` select (`env_id_of`), however the caller spelled it (the CLI's
+    `--env X` is `env.env_id=X`). Validation is the caller's next step (`Config.check_valid`).
+    """
+    base = load_profile(profile)
+    overrides = list(overrides)
+    given = {item.partition("=")[0].strip() for item in overrides}
+    preset = env_preset(env_id_of(overrides, default=base.env.env_id))
+    return base.with_overrides([f"{k}={v}" for k, v in preset.items() if k not in given] + overrides)

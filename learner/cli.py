@@ -1,10 +1,11 @@
 """Command line of the head: `make run ARGS="..."` ends up here.
 
-Turns a profile, `--set section.field=value` overrides and the shortcut flags into one
-validated `Config` before anything is allocated; a bad value exits with status 2 and a message
-naming the field, the value and what is allowed. Validation covers what needs the outside world
-too (the env id and its spaces, memory for replay and networks, the run dir, CURVE keys, CUDA, a
-checkpoint to resume), so a bad input fails before any socket, temp dir, buffer or process exists.
+Turns a profile, the env's preset (both in config_optimized.py), `--set section.field=value`
+overrides and the shortcut flags into one validated `Config` before anything is allocated; a bad
+value exits with status 2 and a message naming the field, the value and what is allowed.
+Validation covers what needs the outside world too (the env id and its spaces, memory for replay
+and networks, the run dir, CURVE keys, CUDA, a checkpoint to resume), so a bad input fails before
+any socket, temp dir, buffer or process exists.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from config_optimized import PROFILES, load_profile
+from config_optimized import PROFILES, load_config
 from shared.config import Config, ConfigError, TransportConfig, check_memory
 
 
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", default="auto", choices=sorted(PROFILES), help="hardware profile (config_optimized.py)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override one config field; repeatable")
-    parser.add_argument("--env", dest="env_id", help="any Gymnasium id (default: Mario 1-1)")
+    parser.add_argument("--env", dest="env_id",
+                        help="any Gymnasium id (default: Mario 1-1); same as --set env.env_id=ID")
     parser.add_argument("--collectors", type=int, help="local collector processes (0 = only remote ones)")
     parser.add_argument("--bind", help="IPv4 address (or localhost) to bind; non-loopback requires --curve-keys")
     parser.add_argument("--port", type=int, help="control port (data and weight sockets are assigned)")
@@ -83,9 +85,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         "env.seed": args.seed,
     }
     overrides += [f"{key}={value}" for key, value in shortcuts.items() if value is not None]
-    cfg = load_profile(args.profile, overrides)
-    if args.env_id and not args.env_id.startswith("SuperMarioBros"):
-        cfg = _non_mario_defaults(cfg, explicit=overrides)
+    cfg = load_config(args.profile, overrides)  # profile, the env's preset (config_optimized.py), overrides
     for name in ("max_env_steps", "max_updates"):
         value = getattr(args, name)
         if value is not None and value < 0:
@@ -179,34 +179,3 @@ def check_ports(t: TransportConfig) -> None:
                 raise ConfigError(f"transport.bind={t.bind!r}: cannot bind {t.bind}:{port}: "
                                   f"{exc.strerror or exc}") from None
 
-
-def _non_mario_defaults(cfg: Config, explicit: list[str]) -> Config:
-    """Cheap envs (CartPole etc.) want a small, fresh replay and a fast-reacting learner unless the user said otherwise.
-
-    Tuned on CartPole-v1 on the 2-core CPU box (scripts/cartpole_race.py, BENCHMARKS.md); `--set` always wins.
-    """
-    given = {item.partition("=")[0].strip() for item in explicit}
-    defaults = {
-        "replay.capacity": "100000",  # holds the whole 100k-step budget: forgetting early failures destabilizes CartPole
-        "learner.warmup_transitions": "1000",  # a few dozen random episodes are enough to start learning
-        "collectors.chunk_steps": "32",  # short chunks: transitions reach the replay while still on-policy-ish
-        "env.max_episode_steps": "500",
-        "learner.hidden": "256",  # wide enough to learn centring the cart (the ~160-return drift plateau); still cheap
-        "collectors.count": "2",  # two collectors give the Ape-X epsilon spread (0.1 and ~0) on two cores
-        "collectors.envs_per_collector": "4",  # env steps are ~free; more envs only widen the data lag
-        "collectors.eps_base": "0.1",  # CartPole needs little exploration; 0.4 keeps the measured return low
-        "learner.lr": "1e-3",  # a tiny MLP tolerates a 10x larger step than the Atari-sized 1e-4
-        # one update per 8 env steps, as with batch 128 / ratio 16, at ~60% of the cost per update: CartPole's
-        # wall time is the learner's. Sync harness, 12 seeds: 24k-58k env steps to 475 (batch 128: 33k-81k)
-        "learner.batch_size": "64",
-        "learner.samples_per_insert": "8",  # sample efficiency: each transition is replayed ~8 times
-        "learner.max_insert_lead": "1000",  # collectors outrun the learner on CartPole: make them wait (keeps the ratio)
-        "learner.target_update_every": "50",  # short sync period: Q values propagate one n-step per sync
-        "env.reward_scale": "0.1",  # Q ~10 instead of ~100: Adam climbs there in far fewer updates
-        "learner.prefetch": "false",  # a 5 ms MLP update loses more to the GIL than it gains (195 vs 142 upd/s)
-        "learner.weight_broadcast_every": "25",  # a 0.5 MB MLP is cheap to publish: fresher collector policies
-        # Credit-based flow control: a collector holds its next chunk until the head has read all but 2
-        # (data lag 25 updates median vs 100-300 with 4 KB TCP buffers; 16/17 runs solved vs 1/3; BENCHMARKS.md)
-        "transport.max_chunks_in_flight": "2",
-    }
-    return cfg.with_overrides([f"{k}={v}" for k, v in defaults.items() if k not in given])

@@ -4,7 +4,7 @@ Why: "learning works through the whole system" is only convincing next to a know
 the same sitting on the same machine. Both runs are timed from the moment we launch their process
 (interpreter and torch start-up included) to the first point where the mean return of the last 20
 episodes is >= 475. The system is the real head (`python -m learner --env CartPole-v1`, collectors,
-ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole defaults of learner/cli.py.
+ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole preset of config_optimized.py.
 The head stops itself once solved (`--target-return 475`); we read its metrics.jsonl.
 
 Usage: python scripts/cartpole_race.py --seeds 1 2 3 [--system-only] [--set section.field=value ...]
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="extra override for the system (defaults: learner/cli.py _non_mario_defaults)")
+                        help="extra override for the system (defaults: config_optimized.py CARTPOLE_PRESET)")
     parser.add_argument("--system-only", action="store_true", help="skip the reference DQN (tuning sweeps)")
     parser.add_argument("--max-env-steps", type=int, default=BUDGET_STEPS)
     ns = parser.parse_args(argv)

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.collector import Collector  # noqa: E402
-from learner.cli import parse_args  # noqa: E402
+from config_optimized import load_config  # noqa: E402
 from learner.trainer import Learner  # noqa: E402
 from replay.buffer import ReplayBuffer  # noqa: E402
 from replay.consolidation import collector_epsilon  # noqa: E402
@@ -73,11 +73,9 @@ def main() -> None:
     ap.add_argument("--delay-chunks", type=int, default=0,
                     help="chunks each collector keeps in flight before they reach the replay (models transport lag)")
     ns = ap.parse_args()
-    argv = ["--env", "CartPole-v1", "--profile", "cpu", "--seed", str(ns.seed), "--run-dir", "/tmp/cartpole-sync",
-            "--set", "learner.prefetch=false"]
-    for item in ns.overrides:
-        argv += ["--set", item]
-    cfg, _ = parse_args(argv)
+    # the run's config (`--env CartPole-v1 --profile cpu`): CartPole's preset from config_optimized.py
+    cfg = load_config("cpu", ["env.env_id=CartPole-v1", f"env.seed={ns.seed}", "learner.prefetch=false",
+                              *ns.overrides]).check_valid()
     torch.manual_seed(ns.seed)
     obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
     replay = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, "cpu")

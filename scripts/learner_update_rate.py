@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from learner.cli import parse_args  # noqa: E402
+from config_optimized import load_config  # noqa: E402
 from learner.trainer import Learner  # noqa: E402
 from replay.buffer import ReplayBuffer  # noqa: E402
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk  # noqa: E402
@@ -33,10 +33,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="section.field=value")
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of 300 updates")
     ns = ap.parse_args()
-    argv = ["--env", "CartPole-v1", "--profile", "cpu", "--run-dir", "/tmp/learner-update-rate"]
-    for item in ns.overrides:
-        argv += ["--set", item]
-    cfg, _ = parse_args(argv)
+    cfg = load_config("cpu", ["env.env_id=CartPole-v1", *ns.overrides]).check_valid()  # CartPole's preset
     torch.set_num_threads(cfg.learner.torch_threads)
     obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
     replay = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, "cpu")

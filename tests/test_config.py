@@ -1,11 +1,22 @@
-"""Config validation: every profile validates; bad values name the field, value and what is allowed."""
+"""Config validation: every profile validates; bad values name the field, value and what is allowed;
+env presets apply alike however the env is named (`--env X` or `--set env.env_id=X`)."""
 
 import json
 
 import pytest
 
-from config_optimized import PROFILES, load_profile
-from shared.config import Config, ConfigError, estimate_replay_bytes
+from config_optimized import (
+    ACROBOT_PRESET,
+    CARTPOLE_PRESET,
+    ENV_PRESETS,
+    PROFILES,
+    SMALL_ENV_PRESET,
+    env_preset,
+    load_config,
+    load_profile,
+)
+from learner.cli import parse_args
+from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, estimate_replay_bytes
 
 pytestmark = pytest.mark.envonly  # no torch needed: also runs under Python 3.13
 
@@ -90,3 +101,86 @@ def test_json_round_trip_and_unknown_fields():
     data["learner"]["bogus"] = 1
     with pytest.raises(ConfigError, match="bogus"):
         Config.from_dict(data)
+
+
+# ---------------------------------------------------------------- env presets (config_optimized.py)
+
+
+def _field(cfg: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _typed(key: str, raw: str):
+    """A preset's string value as the config field holds it."""
+    return _field(Config().with_overrides([f"{key}={raw}"]), key)
+
+
+def _cli(tmp_path, *flags: str) -> dict:
+    """parse_args on the cpu profile; the run dir is fixed (it defaults to a timestamp), port 0 skips the probe."""
+    cfg, _ = parse_args(["--profile", "cpu", "--port", "0", "--run-dir", str(tmp_path / "run"), *flags])
+    return cfg.to_dict()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", MARIO_DEFAULT_ENV])
+def test_env_flag_and_set_env_id_give_the_same_config(tmp_path, env_id):
+    by_flag = _cli(tmp_path, "--env", env_id)
+    by_set = _cli(tmp_path, "--set", f"env.env_id={env_id}")
+    assert by_flag == by_set
+    assert by_flag["env"]["env_id"] == env_id
+    cfg = Config.from_dict(by_set)
+    for key, raw in env_preset(env_id).items():  # the preset reached the config in both spellings
+        assert _field(cfg, key) == _typed(key, raw), key
+    if env_id == MARIO_DEFAULT_ENV:  # Mario: the plain hardware profile, as with no env flag at all
+        assert by_set == _cli(tmp_path)
+        assert cfg == load_profile("cpu", ["transport.port=0", f"logging.run_dir={tmp_path / 'run'}"])
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+@pytest.mark.parametrize("lr_first", [True, False])
+def test_explicit_set_beats_the_preset_in_both_spellings(tmp_path, env_id, lr_first):
+    lr = ["--set", "learner.lr=3e-4"]
+    for env in (["--env", env_id], ["--set", f"env.env_id={env_id}"]):
+        cfg = Config.from_dict(_cli(tmp_path, *(lr + env if lr_first else env + lr)))
+        assert env_preset(env_id)["learner.lr"] == "1e-3"
+        assert cfg.learner.lr == pytest.approx(3e-4)  # the user's value, not the preset's
+        assert cfg.learner.batch_size == 64  # the rest of the preset still applies
+
+
+def test_cartpole_preset_is_what_the_cartpole_learning_test_needs():
+    """tests/test_learning_cartpole.py and BENCHMARKS.md (10/10 seeds solved) ran with exactly these values."""
+    cfg = load_config("cpu", ["env.env_id=CartPole-v1"])
+    assert (cfg.learner.lr, cfg.learner.batch_size, cfg.transport.max_chunks_in_flight) == (1e-3, 64, 2)
+    assert (cfg.learner.hidden, cfg.learner.samples_per_insert, cfg.learner.max_insert_lead) == (256, 8.0, 1000)
+    assert (cfg.learner.target_update_every, cfg.learner.weight_broadcast_every, cfg.learner.prefetch) == (50, 25, False)
+    assert (cfg.learner.warmup_transitions, cfg.replay.capacity) == (1000, 100_000)
+    assert (cfg.env.reward_scale, cfg.env.max_episode_steps, cfg.collectors.eps_base) == (0.1, 500, 0.1)
+    assert (cfg.collectors.count, cfg.collectors.envs_per_collector, cfg.collectors.chunk_steps) == (2, 4, 32)
+    assert len(CARTPOLE_PRESET) == 17  # a new CartPole default belongs in this test (and in BENCHMARKS.md)
+
+
+def test_preset_selection_by_env_id():
+    assert ENV_PRESETS["CartPole-v1"] is CARTPOLE_PRESET and ENV_PRESETS["Acrobot-v1"] is ACROBOT_PRESET
+    assert env_preset("CartPole-v1") == CARTPOLE_PRESET and env_preset("Acrobot-v1") == ACROBOT_PRESET
+    assert env_preset("Acrobot-v1")["collectors.eps_base"] != CARTPOLE_PRESET["collectors.eps_base"]
+    assert env_preset("MountainCar-v0") == SMALL_ENV_PRESET != {}  # any other non-Mario id: the small-env preset
+    assert env_preset("SuperMarioBros-2-3-v1") == env_preset(MARIO_DEFAULT_ENV) == {}
+    env_preset("CartPole-v1")["learner.lr"] = "1"  # a copy: callers cannot change the table
+    assert CARTPOLE_PRESET["learner.lr"] == "1e-3"
+
+
+def test_last_env_id_assignment_picks_the_preset():
+    cfg = load_config("cpu", ["env.env_id=Acrobot-v1", "env.env_id=CartPole-v1"])
+    assert cfg.env.env_id == "CartPole-v1" and cfg.collectors.eps_base == pytest.approx(0.1)
+    cfg = load_config("cpu", ["env.env_id=CartPole-v1", " env.env_id = Acrobot-v1"])
+    assert cfg.env.env_id == "Acrobot-v1" and cfg.collectors.eps_base == pytest.approx(0.4)
+    assert load_config("cpu", ["env.env_id=CartPole-v1", f"env.env_id={MARIO_DEFAULT_ENV}"]) == load_profile("cpu")
+
+
+@pytest.mark.parametrize("env_id", [*ENV_PRESETS, "MountainCar-v0", MARIO_DEFAULT_ENV])
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_preset_validates_on_every_profile(env_id, profile):
+    cfg = load_config(profile, [f"env.env_id={env_id}"])  # a misspelt preset key raises here
+    cfg.check_valid(available_bytes=512 * 2**30)
+    for key, raw in env_preset(env_id).items():
+        assert _field(cfg, key) == _typed(key, raw), key

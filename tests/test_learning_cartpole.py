@@ -2,7 +2,7 @@
 
 Why: unit tests show each part computes the right thing; only an end-to-end run shows that the
 parts together learn (collectors -> ZeroMQ -> prioritized replay -> learner -> weight broadcast).
-The head runs as a subprocess with the out-of-the-box CartPole defaults (learner/cli.py), a
+The head runs as a subprocess with the out-of-the-box CartPole preset (config_optimized.py), a
 fixed seed, a 100k env-step budget and `--target-return 475` (it stops by itself once solved).
 
 What is asserted: the run starts near random (a random policy scores ~22), the mean return of
