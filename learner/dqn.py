@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -94,11 +93,6 @@ def dqn_loss(
         q_mean=q_sa.detach().mean(),
         unweighted_loss=per_sample.detach().mean(),
     )
-
-
-def priorities_to_numpy(td_abs: torch.Tensor) -> np.ndarray:
-    """float32 CPU numpy copy of |TD| for `replay.update_priorities` (syncs on CUDA)."""
-    return td_abs.detach().to("cpu", torch.float32).numpy().astype(np.float32, copy=False)
 
 
 def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:

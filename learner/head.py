@@ -33,6 +33,7 @@ from learner.supervisor import CollectorSupervisor
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from replay.consolidation import MAX_SOCKETS, ConsolidationThread
+from replay.rate_limiter import RateLimiter
 from shared.config import Config
 from shared.env_factory import env_spec_of
 from shared.keys import load_server
@@ -102,8 +103,11 @@ class Head:
         )
         self._parts.append(self.publisher)
         local_weights, remote_weights = self.publisher.endpoints
+        # one rate limiter: the learner asks it before sampling, the consolidation thread before inserting
+        self.limiter = RateLimiter.for_learner(cfg.learner, cfg.learner.batch_size * cfg.learner.grad_accum_steps,
+                                               lambda: int(self.replay.transitions_added))
         self.learner = Learner(cfg, self.obs_shape, self.obs_dtype, self.stack, self.num_actions, self.replay,
-                               self.device, on_weights=self.publisher.publish)
+                               self.device, on_weights=self.publisher.publish, rate_limiter=self.limiter)
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
@@ -113,10 +117,9 @@ class Head:
             {"local": local_weights, "remote": remote_weights},
             latest_weight_version=lambda: self.publisher.version, context=self.ctx,
             num_collectors=max(1, cfg.collectors.count), control_endpoint=f"tcp://{t.bind}:{t.port}",
+            gate=self.limiter,
         )
         self._parts.append(self.consolidation)
-        if self.train and cfg.learner.max_insert_lead > 0:
-            self.consolidation.admit = self.learner.inserts_allowed
         self.consolidation.start()
         self.supervisor = CollectorSupervisor(
             cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
@@ -231,17 +234,13 @@ class Head:
             "episodes": stats.episodes,
             "rejected": stats.rejected,
             "restarts": self.supervisor.restarts_total,
-            "replay_size": self.replay_size(lstats),
+            "replay_size": len(self.replay),
         }
-
-    def replay_size(self, learner_stats: dict[str, Any]) -> int:
-        """Sampleable transitions."""
-        return len(self.replay)  # any thread: the writer's count of sampleable transitions
 
     def _log_progress(self) -> None:
         stats = self.consolidation.stats()
         lstats = self.learner.stats()
-        record = self.progress.record(stats, lstats, self.replay_size(lstats), self.cfg.replay.capacity,
+        record = self.progress.record(stats, lstats, len(self.replay), self.cfg.replay.capacity,
                                       self.publisher.version, self.supervisor.restarts_total, self.counters)
         print(self.progress.progress_line(record), flush=True)
         print(self.consolidation.processor_line(), flush=True)

@@ -35,7 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -45,25 +45,41 @@ from learner.dqn import clip_gradients, dqn_loss, make_optimizer, sync_target
 from learner.metrics import UpdateMeter
 from learner.precision import resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
-from learner.ratio import RatioController
+from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
+from shared.config import Config
 from shared.network import build_q_network, is_image_obs
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
 
 
+class Replay(Protocol):
+    """What the learner needs of a replay (replay.buffer.ReplayBuffer; test and bench fakes).
+
+    `sample`, `update_priorities` and `len` belong to the replay's reader thread (the prefetch
+    thread when there is one); `transitions_added` may be read from any thread; `save`/`restore`
+    only while the reader is paused (checkpoints)."""
+
+    @property
+    def transitions_added(self) -> int: ...
+    def __len__(self) -> int: ...
+    def sample(self, batch_size: int, beta: float = 0.4) -> SampleBatch: ...
+    def update_priorities(self, indices: np.ndarray, td_abs: np.ndarray) -> None: ...
+
+
 class Learner:
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         obs_shape: tuple[int, ...],
         obs_dtype: Any,
         stack: int,
         num_actions: int,
-        replay: Any,
+        replay: Replay,
         device: torch.device | str,
         on_weights: WeightsCallback | None = None,
         *,
+        rate_limiter: RateLimiter | None = None,
         channels_last: bool | None = None,
         prefetch_depth: int = 2,
     ) -> None:
@@ -103,7 +119,9 @@ class Learner:
         self.micro = int(lc.batch_size)
         self.accum = int(lc.grad_accum_steps)
         self.batch_per_update = self.micro * self.accum
-        self.ratio = RatioController(lc.samples_per_insert, lc.warmup_transitions, self.batch_per_update)
+        # the replay's rate limiter, shared with the consolidation thread's insert side (one rule for both)
+        self.limiter = rate_limiter or RateLimiter.for_learner(lc, self.batch_per_update,
+                                                               lambda: int(self.replay.transitions_added))
         self.prefetch_depth = int(prefetch_depth)
         # counters (checkpointed)
         self.updates = 0
@@ -128,7 +146,6 @@ class Learner:
         if lc.compile_mode != "off":
             self._compile(lc.compile_mode)
         self._source: SyncSource | PrefetchSource | None = None
-        self._last_checkpoint_t = time.monotonic()
         window = float(getattr(getattr(cfg, "logging", None), "interval_s", 10.0))
         self.meter = UpdateMeter(self.device, window_s=window)
         self._grad_scale: float | None = None
@@ -306,7 +323,7 @@ class Learner:
         done = 0
         end = time.monotonic() + time_budget_s
         while max_updates is None or done < max_updates:
-            decision = self.ratio.decide(int(self.replay.transitions_added), self.samples)
+            decision = self.limiter.may_sample(self.samples)
             if not decision.may_update:
                 if done == 0 and idle_sleep_s > 0:
                     time.sleep(idle_sleep_s)
@@ -318,10 +335,6 @@ class Learner:
         return done
 
     # ------------------------------------------------------------------ plumbing
-    def inserts_allowed(self) -> bool:
-        """Any thread: may the consolidation thread accept more transitions now (learner.max_insert_lead)."""
-        return self.ratio.inserts_allowed(int(self.replay.transitions_added), self.samples, self.lc.max_insert_lead)
-
     def beta(self) -> float:
         """PER importance exponent, annealed linearly from beta_start to 1 over beta_steps updates."""
         r = self.cfg.replay
@@ -397,7 +410,7 @@ class Learner:
         out["replay_size"] = self._source.replay_size if self._source is not None else out["transitions_added"]
         if self.precision.use_scaler:
             out["grad_scale"] = self._grad_scale
-        out.update(self.ratio.stats())
+        out.update(self.limiter.stats())
         return out
 
     def close(self) -> None:
@@ -492,17 +505,16 @@ class Learner:
                 raise ckpt.CheckpointError(f"{where}: {key}={value!r} is not a finite number")
 
     # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, run_dir: str | Path, replay: Any = None,
-                        extra_counters: Mapping[str, int | float] | None = None, *,
+    def save_checkpoint(self, run_dir: str | Path, replay: Any = None, *,
                         counters: Mapping[str, int | float] | None = None) -> Path:
         """Atomically write run_dir/checkpoint/ (replay included when given); returns its path.
 
-        `extra_counters` (or `counters`: env steps, episodes, ... from the head) are stored and returned by
+        `counters` (env steps, episodes, ... from the head) are stored and returned by
         `load_checkpoint`. The prefetch thread is paused (and pending priority updates applied)
         while the replay is saved, since the replay belongs to that thread.
         """
         state = self.state_dict()
-        merged = {**dict(extra_counters or {}), **dict(counters or {}), **state["counters"],
+        merged = {**dict(counters or {}), **state["counters"],
                   "transitions_added": int(self.replay.transitions_added)}
         data = ckpt.CheckpointData(
             geometry=self.geometry,
@@ -513,22 +525,10 @@ class Learner:
             config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}),
             rng=ckpt.capture_rng(),
         )
-        try:  # a refused save (non-finite weights) also waits a full period before the next attempt
-            if replay is not None and self._source is not None:
-                with self._source.pause():
-                    path = ckpt.save_checkpoint(run_dir, data, replay)
-            else:
-                path = ckpt.save_checkpoint(run_dir, data, replay)
-        finally:
-            self._last_checkpoint_t = time.monotonic()
-        return path
-
-    def maybe_checkpoint(self, run_dir: str | Path, extra_counters: Mapping[str, int | float] | None = None,
-                         force: bool = False) -> Path | None:
-        """Save when checkpoint_every_s has passed since the last save (or `force`), replay per save_replay."""
-        if not force and time.monotonic() - self._last_checkpoint_t < self.lc.checkpoint_every_s:
-            return None
-        return self.save_checkpoint(run_dir, self.replay if self.lc.save_replay else None, extra_counters)
+        if replay is not None and self._source is not None:
+            with self._source.pause():
+                return ckpt.save_checkpoint(run_dir, data, replay)
+        return ckpt.save_checkpoint(run_dir, data, replay)
 
     def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:
         """Restore from a run dir or checkpoint dir; returns the stored counters (incl. extra ones).

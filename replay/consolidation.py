@@ -14,7 +14,7 @@ raises out of the thread, and nothing a peer sends can make it allocate without 
   touch the owner's sequence numbers or credits.
 
 Data plane: chunks read from a collector are parked in its bounded `pending` queue and written
-to the replay in least-recently-served order while the insert gate (`admit`, the learner's
+to the replay in least-recently-served order while the insert gate (`gate`, the replay's rate limiter:
 `max_insert_lead`) allows, so a gate that opens briefly serves every collector in turn. A
 collector whose chunks are parked is waiting for the head, never "stalled". With
 transport.max_chunks_in_flight the socket carries CREDIT back once chunks are written (or
@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import zmq
 
 from replay.peers import CollectorState, episode_bounds_ok, fair_next
+from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.exploration import annealed_epsilon
@@ -72,6 +73,14 @@ CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
 WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
 RECLAIM_EVERY_S = 0.5
+
+
+class _AlwaysOpen:
+    def may_insert(self) -> bool:
+        return True
+
+
+ALWAYS_OPEN: InsertGate = _AlwaysOpen()  # no insert-side limit (Ape-X: collectors never wait)
 
 
 class ReplaySink(Protocol):
@@ -141,6 +150,7 @@ class ConsolidationThread(threading.Thread):
         num_collectors: int | None = None,
         episode_window: int | None = None,
         buffer_size: Callable[[], int] | None = None,
+        gate: InsertGate = ALWAYS_OPEN,
         max_chunk_frames: int | None = None,
     ) -> None:
         super().__init__(name="consolidation", daemon=True)
@@ -162,7 +172,7 @@ class ConsolidationThread(threading.Thread):
         # in flight, so a collector that keeps the rule is always read (its heartbeats too)
         self.park_limit = t.max_chunks_in_flight + 1 if self.credits else PARKED_WITHOUT_CREDITS
         self.reclaim_after_s = t.head_timeout_s
-        self.admit: Callable[[], bool] | None = None  # insert-side rate limit, set by the head
+        self.gate = gate  # the replay's rate limiter, insert side (learner.max_insert_lead)
         self.gated_rounds = 0
         self.collectors: dict[int, CollectorState] = {}
         self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
@@ -249,8 +259,7 @@ class ConsolidationThread(threading.Thread):
                     poller.unregister(state.sock)
                 state.polled = readable
         parked = any(s.pending for s in self.collectors.values())
-        admit = self.admit
-        timeout = (0 if admit is None or admit() else 10) if parked else 100  # 10 ms: re-check a shut gate soon
+        timeout = (0 if self.gate.may_insert() else 10) if parked else 100  # 10 ms: re-check a shut gate soon
         events = dict(poller.poll(timeout))
         read = 0
         if self.control in events:
@@ -288,8 +297,7 @@ class ConsolidationThread(threading.Thread):
         done = 0
         states = list(self.collectors.values())
         while True:
-            admit = self.admit
-            if admit is not None and not admit():
+            if not self.gate.may_insert():
                 return done
             state = fair_next(states)
             if state is None:

@@ -163,15 +163,6 @@ def test_atomic_replace_keeps_latest_and_recovers_old(tmp_path) -> None:
         learner.close()
 
 
-def test_maybe_checkpoint_period(tmp_path) -> None:
-    learner = make_learner(small_config(checkpoint_every_s=3600.0))
-    try:
-        assert learner.maybe_checkpoint(tmp_path) is None
-        assert learner.maybe_checkpoint(tmp_path, force=True) == tmp_path / "checkpoint"
-    finally:
-        learner.close()
-
-
 # ---------------------------------------------------------------------- hardening
 def _rehash(ckpt, name: str) -> None:
     """Record `name`'s current size and sha256 in meta.json, as if the checkpoint had been written that way."""
@@ -202,7 +193,6 @@ def test_save_refuses_nonfinite_weights_and_keeps_the_previous_checkpoint(tmp_pa
             learner.save_checkpoint(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temp dir left behind
         assert json.loads((tmp_path / "checkpoint" / "meta.json").read_text())["counters"]["updates"] == 1
-        assert learner.maybe_checkpoint(tmp_path) is None  # a refused save waits a full period before retrying
     finally:
         learner.close()
 

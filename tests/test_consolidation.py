@@ -34,6 +34,13 @@ except ImportError:  # pragma: no cover - the buffer is written in parallel
     ReplayBuffer = None
 
 
+class Gate:
+    """The insert side of a rate limiter, as a test controls it."""
+
+    def __init__(self, may_insert: Callable[[], bool]) -> None:
+        self.may_insert = may_insert
+
+
 class RecordingSink:
     """Stands in for the replay: records chunks, or refuses them like add_chunk's ValueError."""
 
@@ -91,11 +98,12 @@ class Head:
     """A running consolidation thread plus a registered raw data socket to poke it with."""
 
     def __init__(self, replay, config: Config | None = None, version: Callable[[], int] = lambda: 5,
-                 curve=None, raw_socket: bool = True) -> None:
+                 curve=None, raw_socket: bool = True, may_insert: Callable[[], bool] = lambda: True) -> None:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         self.thread = ConsolidationThread(self.config, replay, SPEC, {"local": "inproc://w", "remote": "inproc://w"},
-                                          version, context=self.ctx, control_endpoint="tcp://127.0.0.1:0")
+                                          version, context=self.ctx, control_endpoint="tcp://127.0.0.1:0",
+                                          gate=Gate(may_insert))
         self.thread.start()
         self.replay = replay
         self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
@@ -375,9 +383,8 @@ def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
     from actors.client import HeadLink
 
     config = small_config(local_transport="tcp", socket_buffer_bytes=socket_buffer_bytes)
-    head = Head(RecordingSink(), config, raw_socket=False)
+    head = Head(RecordingSink(), config, raw_socket=False, may_insert=lambda: False)  # the learner is "behind"
     try:
-        head.thread.admit = lambda: False  # the learner is "behind": chunks are parked, not written
         link = HeadLink(head.ctx, head.welcome)
         assert link.data.sndbuf == (socket_buffer_bytes or link.data.sndbuf)
         for seq, chunk in enumerate(counting_chunks(PARKED_WITHOUT_CREDITS), start=1):  # fill the park:

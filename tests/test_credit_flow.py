@@ -32,9 +32,8 @@ def _credits(sock: zmq.Socket, timeout_ms: int = 1000) -> list[int]:
 def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -> None:
     config = small_config(local_transport="tcp", max_chunks_in_flight=2, head_timeout_s=60.0)
     sink = RecordingSink()
-    head = Head(sink, config, raw_socket=False)
-    gate_open = threading.Event()
-    head.thread.admit = gate_open.is_set  # the learner is "behind": chunks are parked, not written
+    gate_open = threading.Event()  # shut: the learner is "behind", chunks are parked, not written
+    head = Head(sink, config, raw_socket=False, may_insert=gate_open.is_set)
     stop = threading.Event()
     link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
     chunks = counting_chunks(6)
@@ -80,8 +79,7 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
 
 def test_a_collector_waiting_for_credit_exits_on_stop() -> None:
     config = small_config(local_transport="tcp", max_chunks_in_flight=1, head_timeout_s=60.0)
-    head = Head(RecordingSink(), config, raw_socket=False)
-    head.thread.admit = lambda: False
+    head = Head(RecordingSink(), config, raw_socket=False, may_insert=lambda: False)
     stop = threading.Event()
     link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
     try:

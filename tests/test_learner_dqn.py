@@ -14,7 +14,6 @@ from learner.dqn import (
     dqn_loss,
     hard_update,
     polyak_update,
-    priorities_to_numpy,
     sync_target,
     td_targets,
 )
@@ -57,8 +56,6 @@ def test_huber_loss_weights_and_priorities_by_hand() -> None:
     assert out.loss.item() == pytest.approx((1.0 * huber[0] + 0.5 * huber[1]) / 2)
     assert out.td_abs.tolist() == pytest.approx([0.5, 3.0])
     assert not out.td_abs.requires_grad
-    pr = priorities_to_numpy(out.td_abs)
-    assert pr.dtype == np.float32 and pr.shape == (2,)
     out.loss.backward()
     # d/dQ huber: -(td) in quadratic zone, -sign(td) in linear zone; weighted, / batch
     assert online.table.grad[0].tolist() == pytest.approx([-0.5 * 1.0 / 2, -0.5 * 1.0 / 2])
