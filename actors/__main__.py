@@ -49,37 +49,22 @@ def die_with_parent(parent_pid: int) -> None:
 def run_one(args: argparse.Namespace) -> int:
     import zmq
 
-    from actors.client import HeadLink, RegistrationError, register
-    from actors.collector import Collector
+    from actors.client import RegistrationError
+    from actors.session import collect
     from shared.keys import load_client
-    from shared.weights import weights_frame_limit
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     curve = load_client(args.curve_keys) if args.curve_keys else None
     ctx = zmq.Context()
-    link = collector = None
     try:
-        welcome = register(ctx, args.connect, args.slot, curve, args.register_timeout, should_stop=stop.is_set)
-        log.info("registered as collector %d (eps %.4f), data -> %s", welcome.collector_id, welcome.epsilon,
-                 welcome.data_endpoint)
-        link = HeadLink(ctx, welcome, curve, should_stop=stop.is_set,
-                        weights_max_bytes=weights_frame_limit(welcome.config))
-        collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
-        reason = collector.run()
-        t = collector.timing
-        log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time, %.1f s waiting for credit",
-                 welcome.collector_id, reason, t.steps, 100 * t.overhead_frac if t.env_s else 0.0, link.credit_wait_s)
+        collect(ctx, args.connect, args.slot, stop, curve, args.register_timeout)
         return 0
     except RegistrationError as exc:
         log.error("registration failed: %s", exc)
         return 2
     finally:
-        if collector is not None:
-            collector.close()
-        if link is not None:
-            link.close()
         ctx.term()
 
 

@@ -167,6 +167,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
     from actors.client import HeadLink, Welcome
     from actors.collector import Collector
     from shared.config import Config, EnvConfig
+    from shared.weights import network_template
 
     if env_id is None:
         env_id = "SuperMarioBros-1-1-v0" if _mario_available() else "ApeXCounting-v0"
@@ -189,7 +190,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()
     welcome = Welcome(1, f"ipc://{tmp}/data.ipc", f"ipc://{tmp}/weights.ipc", 0.1, 1, 0, cfg)
-    link = HeadLink(ctx, welcome)
+    link = HeadLink(ctx, welcome, network_template(welcome.config))
     collector = Collector(cfg, welcome.collector_id, welcome.epsilon, link)
     try:
         collector.run(max_steps=warmup)

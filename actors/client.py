@@ -18,11 +18,12 @@ import socket as pysocket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import torch
 import zmq
 
 from shared.chunk import TransitionChunk
@@ -47,6 +48,7 @@ from shared.protocol import (
     encode_simple,
     send_parts,
 )
+from shared.weights import decode_weights, weights_frame_limit
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +137,16 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
 class HeadLink:
     """The collector's data DEALER and weights SUB sockets, chunk credits and head liveness."""
 
-    def __init__(self, ctx: zmq.Context, welcome: Welcome, curve: CurveClient | None = None,
-                 should_stop: Callable[[], bool] = lambda: False, weights_max_bytes: int = 0) -> None:
+    def __init__(self, ctx: zmq.Context, welcome: Welcome, template: Mapping[str, torch.Tensor],
+                 curve: CurveClient | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
         cfg = welcome.config
         self.collector_id = welcome.collector_id
         self.head_timeout_s = cfg.transport.head_timeout_s
         self.heartbeat_s = cfg.collectors.heartbeat_s
         self.should_stop = should_stop
         self.data = _socket(ctx, zmq.DEALER, curve)
-        self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)  # the head reads only this peer's messages
+        if welcome.data_token:  # the head reads only this peer's messages (a bench sink may have no token)
+            self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)
         self.data.setsockopt(zmq.MAXMSGSIZE, 4096)  # only CREDITs come back (64-byte headers)
         self.data.sndhwm = cfg.collectors.send_hwm
         if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
@@ -154,8 +157,8 @@ class HeadLink:
         self.credit_wait_s = 0.0  # time spent waiting for credit (monitoring)
         self.waiting = False  # blocked on credit or a full socket: heartbeats say so (count = 1)
         self.sub = _socket(ctx, zmq.SUB, curve)
-        if weights_max_bytes:  # WEIGHTS carries one frame per tensor: none may exceed our largest
-            self.sub.setsockopt(zmq.MAXMSGSIZE, int(weights_max_bytes))
+        self.template = template  # the network WEIGHTS must describe (names, shapes, dtypes)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, weights_frame_limit(template))  # no frame beyond our largest tensor
         self.sub.rcvhwm = 64
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(welcome.weights_endpoint)
@@ -223,9 +226,17 @@ class HeadLink:
             self.waiting = False
             self.credit_wait_s += time.monotonic() - t0
 
-    def take_weights(self) -> list[Any] | None:
+    def take_weights(self) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """The newest WEIGHTS received since the last call, decoded and checked against the template
+        (names, shapes, dtypes, finite values); None when there is none or it was refused (logged)."""
         parts, self._weights = self._weights, None
-        return parts
+        if parts is None:
+            return None
+        try:
+            return decode_weights(parts, self.template)
+        except ProtocolError as exc:
+            log.warning("refused weights: %s", exc)
+            return None
 
     def head_silent(self) -> bool:
         return time.monotonic() - self.last_head > self.head_timeout_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,8 +23,7 @@ from shared.config import Config
 from shared.env_factory import env_spec_of, episode_info, make_env
 from shared.exploration import annealed_epsilon
 from shared.network import build_q_network
-from shared.protocol import EpisodeSummary, ProtocolError
-from shared.weights import decode_weights
+from shared.protocol import EpisodeSummary
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,9 @@ class Link(Protocol):
     weight_version: int
 
     def poll_head(self) -> None: ...
-    def take_weights(self) -> list[Any] | None: ...
+    def take_weights(self) -> tuple[int, dict[str, torch.Tensor]] | None: ...
     def must_exit(self) -> bool: ...
+    def head_silent(self) -> bool: ...
     def send_chunk(self, chunk: TransitionChunk) -> bool: ...
     def send_episode(self, summary: EpisodeSummary) -> bool: ...
     def maybe_heartbeat(self) -> None: ...
@@ -71,7 +72,6 @@ class Collector:
         self.obs_shape, self.obs_dtype, self.num_actions = tuple(int(d) for d in shape), np.dtype(dtype), int(num_actions)
         lc = config.learner
         self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling).eval()
-        self._reference = dict(self.net.state_dict())
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)
@@ -108,13 +108,8 @@ class Collector:
         """The Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it."""
         return annealed_epsilon(self.epsilon, self.weight_version, self.eps_decay_updates)
 
-    def load_weights(self, parts: list[Any]) -> bool:
-        """Verify (monotonic version, names/shapes/dtypes of our net) and load; False if refused."""
-        try:
-            version, state = decode_weights(parts, self._reference)
-        except ProtocolError as exc:
-            log.warning("refused weights: %s", exc)
-            return False
+    def load_weights(self, version: int, state: Mapping[str, torch.Tensor]) -> bool:
+        """Load `state` if `version` is newer than ours (the link has checked names, shapes and dtypes)."""
         if version <= self.weight_version:
             return False
         self.net.load_state_dict(state)
@@ -125,9 +120,9 @@ class Collector:
         """One loop iteration over all K envs; False when a send was abandoned (exit)."""
         t_start = time.perf_counter()
         self.link.poll_head()
-        parts = self.link.take_weights()
-        if parts is not None:
-            self.load_weights(parts)
+        taken = self.link.take_weights()
+        if taken is not None:
+            self.load_weights(*taken)
         t0 = time.perf_counter()
         q = self._q(self.stacks)
         self.timing.infer_s += time.perf_counter() - t0
@@ -181,7 +176,7 @@ class Collector:
         while max_steps is None or self.timing.steps < max_steps:
             self.link.poll_head()  # first: env start-up may have outlasted head_timeout_s
             if self.link.must_exit():
-                return "head_silent" if getattr(self.link, "head_silent", lambda: False)() else "stop"
+                return "head_silent" if self.link.head_silent() else "stop"
             if not self.step():
                 return "send"
         return "max_steps"

@@ -42,6 +42,7 @@ class RunOptions:
     max_seconds: float | None
     target_return: float | None
     train: bool
+    inprocess: bool = False  # collectors as threads of the head (debugging: one process, one log)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", help="where logs, metrics and checkpoints go (default runs/<timestamp>)")
     parser.add_argument("--resume", help="checkpointed run directory to continue")
     parser.add_argument("--no-train", action="store_true", help="collect and drain replay without updates (benchmarks)")
+    parser.add_argument("--inprocess", action="store_true",
+                        help="run collectors as threads of the head over inproc:// sockets (same messages; for "
+                             "debugging with one debugger and one log, not for speed)")
     parser.add_argument("--log-interval", type=float, help="seconds between progress lines")
     parser.add_argument("--seed", type=int, help="base seed")
     return parser
@@ -110,6 +114,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         max_seconds=args.max_seconds,
         target_return=args.target_return,
         train=not args.no_train,
+        inprocess=args.inprocess,
     )
 
 

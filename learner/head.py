@@ -29,7 +29,7 @@ from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
 from learner.metrics import MetricsLogger
 from learner.progress import ProgressTracker
-from learner.supervisor import CollectorSupervisor
+from learner.supervisor import CollectorSupervisor, ThreadCollectors
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from replay.consolidation import MAX_SOCKETS, ConsolidationThread
@@ -69,9 +69,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Head:
-    def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None,
+                 inprocess: bool = False) -> None:
         self._closed = False
         self._parts: list[Any] = []  # what a failed start must undo, in order of creation
+        self.inprocess = inprocess  # collectors as threads over inproc:// (one process, one debugger, one log)
         try:
             self._start(cfg, run_dir, train, resume)
         except BaseException:
@@ -98,11 +100,12 @@ class Head:
         self.ipc_dir = Path(_short_tmpdir())
         self._parts.append(self.ipc_dir)
         self.publisher = WeightPublisher(
-            [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}"],
+            [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}",
+             *([f"inproc://mapx-weights-{id(self)}"] if self.inprocess else [])],
             context=self.ctx, heartbeat_s=cfg.collectors.heartbeat_s, curve=curve,
         )
         self._parts.append(self.publisher)
-        local_weights, remote_weights = self.publisher.endpoints
+        local_weights, remote_weights = self.publisher.endpoints[:2]
         # one rate limiter: the learner asks it before sampling, the consolidation thread before inserting
         self.limiter = RateLimiter.for_learner(cfg.learner, cfg.learner.batch_size * cfg.learner.grad_accum_steps,
                                                lambda: int(self.replay.transitions_added))
@@ -114,17 +117,23 @@ class Head:
         self.consolidation = ConsolidationThread(
             cfg, self.replay, ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
                                   max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs),
-            {"local": local_weights, "remote": remote_weights},
+            {"local": local_weights, "remote": remote_weights,
+             **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
             latest_weight_version=lambda: self.publisher.version, context=self.ctx,
-            num_collectors=max(1, cfg.collectors.count), control_endpoint=f"tcp://{t.bind}:{t.port}",
+            num_collectors=max(1, cfg.collectors.count),
+            control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
             gate=self.limiter,
         )
         self._parts.append(self.consolidation)
         self.consolidation.start()
-        self.supervisor = CollectorSupervisor(
-            cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
-            env=_collector_env(), log_dir=str(self.run_dir / "collectors"), on_exit=self.consolidation.forget_pid,
-        )
+        if self.inprocess:
+            self.supervisor: CollectorSupervisor | ThreadCollectors = ThreadCollectors(
+                cfg.collectors.count, self.ctx, self.consolidation.control_endpoint)
+        else:
+            self.supervisor = CollectorSupervisor(
+                cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
+                env=_collector_env(), log_dir=str(self.run_dir / "collectors"), on_exit=self.consolidation.forget_pid,
+            )
         self.metrics = MetricsLogger(self.run_dir, cfg)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
         self.checkpoint_failures = 0

@@ -166,3 +166,78 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5.0)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+
+
+class ThreadCollectors:
+    """The in-process mode's collectors: threads of the head sharing its ZeroMQ context.
+
+    Same interface as `CollectorSupervisor` (start / poll / stop / pids / restarts_total), so the
+    head's loop is the same. A thread that ends early (an exception, a lost registration) is
+    restarted with the same backoff; a stalled thread cannot be killed, so it is only logged.
+    Every message still goes through the real protocol, over `inproc://` sockets.
+    """
+
+    def __init__(self, count: int, ctx, connect: str, register_timeout_s: float = 60.0) -> None:
+        import threading
+
+        self._threading = threading
+        self._ctx = ctx
+        self._connect = connect
+        self._timeout = register_timeout_s
+        self._stop = threading.Event()
+        self._slots = [_Slot(i) for i in range(count)]
+        self._threads: dict[int, threading.Thread] = {}
+        self.restarts_total = 0
+        self.stall_kills = 0  # never: threads are not killed
+
+    def _body(self, slot: int) -> None:
+        from actors.session import collect
+
+        try:
+            collect(self._ctx, self._connect, slot, self._stop, register_timeout_s=self._timeout)
+        except Exception:  # noqa: BLE001 - logged with its traceback; poll() restarts the slot
+            log.exception("in-process collector %d failed", slot)
+
+    def _spawn(self, slot: _Slot) -> None:
+        thread = self._threading.Thread(target=self._body, args=(slot.index,), name=f"collector-{slot.index}",
+                                        daemon=True)
+        self._threads[slot.index] = thread
+        slot.started_at = time.monotonic()
+        thread.start()
+
+    def start(self) -> None:
+        for slot in self._slots:
+            self._spawn(slot)
+
+    def pids(self) -> list[int]:
+        return []  # threads of this process: nothing to signal separately
+
+    def poll(self) -> None:
+        if self._stop.is_set():
+            return
+        now = time.monotonic()
+        for slot in self._slots:
+            thread = self._threads.get(slot.index)
+            if thread is not None and not thread.is_alive():
+                del self._threads[slot.index]
+                self._schedule(slot, now)
+            if slot.index not in self._threads and slot.restart_at is not None and now >= slot.restart_at:
+                slot.restart_at = None
+                slot.restarts += 1
+                self.restarts_total += 1
+                self._spawn(slot)
+
+    def _schedule(self, slot: _Slot, now: float) -> None:
+        log.warning("in-process collector %d ended; restart #%d in %.1f s", slot.index, slot.restarts + 1,
+                    slot.backoff_s)
+        slot.restart_at = now + slot.backoff_s
+        slot.backoff_s = MIN_BACKOFF_S if now - slot.started_at > 60.0 else min(MAX_BACKOFF_S, slot.backoff_s * 2)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + grace_s
+        for thread in list(self._threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("in-process collector %s did not stop within %.1f s", thread.name, grace_s)
+        self._threads.clear()

@@ -453,7 +453,10 @@ class ConsolidationThread(threading.Thread):
         sock.rcvhwm = self.config.transport.recv_hwm
         if self.config.transport.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
             sock.rcvbuf = self.config.transport.socket_buffer_bytes
-        if local:
+        inproc = self.control_endpoint.startswith("inproc://")  # the in-process mode: collectors are threads
+        if inproc:
+            endpoint = self._bind(sock, f"{self.control_endpoint}-c{cid}")
+        elif local:
             endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
         else:
             endpoint = self._bind(sock, f"tcp://{self.config.transport.bind}:0")
@@ -468,7 +471,8 @@ class ConsolidationThread(threading.Thread):
         with self._lock:
             self.collectors[cid] = state
             self.registrations += 1
-        weights = self.weights_endpoints.get("local" if local else "remote") or self.weights_endpoints.get("remote", "")
+        kind = "inproc" if inproc else "local" if local else "remote"
+        weights = self.weights_endpoints.get(kind) or self.weights_endpoints.get("remote", "")
         log.info("collector %d registered (host=%s pid=%s slot=%d eps=%.4f) -> %s", cid, host[:64], state.pid, slot,
                  eps, endpoint)
         welcome = {

@@ -50,6 +50,9 @@ class InProcessLink:
     def must_exit(self) -> bool:
         return False
 
+    def head_silent(self) -> bool:
+        return False
+
     def send_chunk(self, chunk) -> bool:
         """Delivers the chunk sent delay_chunks sends ago: models data queued in sockets."""
         self.delayed.append(chunk)

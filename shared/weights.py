@@ -97,15 +97,20 @@ def decode_weights(parts: Sequence[Any], reference: Mapping[str, torch.Tensor]) 
     return header.weight_version, out
 
 
-def weights_frame_limit(config: Any) -> int:
-    """Largest WEIGHTS frame a collector with `config` can expect: its biggest tensor (plus the manifest).
+def network_template(config: Any) -> dict[str, torch.Tensor]:
+    """The state_dict layout (names, shapes, dtypes) WEIGHTS must match for a run with `config`.
 
-    The network is built on the meta device (shapes only, no memory), so this is cheap."""
+    Built on the meta device (shapes only, no memory), so it is cheap."""
     from shared.env_factory import env_spec_of
     from shared.network import build_q_network
 
     shape, _, num_actions, stack = env_spec_of(config.env)
     with torch.device("meta"):
         net = build_q_network(shape, stack, num_actions, config.learner.hidden, config.learner.dueling)
-    largest = max(t.numel() * t.element_size() for t in net.state_dict().values())
+    return dict(net.state_dict())
+
+
+def weights_frame_limit(template: Mapping[str, torch.Tensor]) -> int:
+    """Largest WEIGHTS frame to accept for `template`: its biggest tensor (or the JSON manifest)."""
+    largest = max(t.numel() * t.element_size() for t in template.values())
     return int(largest) + MAX_JSON_BYTES

@@ -84,6 +84,9 @@ class FakeLink:
     def must_exit(self) -> bool:
         return False
 
+    def head_silent(self) -> bool:
+        return False
+
     def send_chunk(self, chunk: TransitionChunk) -> bool:
         self.chunks.append(chunk)
         return True
@@ -109,17 +112,12 @@ def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     assert {c.stream for c in link.chunks} == {0, 1, 2}
     assert len(link.episodes) == 9 and all(e.length == 37 for e in link.episodes)
     donor = small_collector(FakeLink()).net
-    link.weights = [bytes(memoryview(p).cast("B")) if isinstance(p, np.ndarray) else p
-                    for p in encode_weights(3, cpu_state(donor.state_dict()))]
+    link.weights = (3, cpu_state(donor.state_dict()))
     col.step()
     assert col.weight_version == link.weight_version == 3
     for name, t in donor.state_dict().items():
         assert torch.equal(col.net.state_dict()[name], t)
-    older = encode_weights(2, cpu_state(donor.state_dict()))
-    assert not col.load_weights(older)  # not newer: ignored
-    bad = {k: v for k, v in donor.state_dict().items()}
-    bad[next(iter(bad))] = torch.zeros(1)
-    assert not col.load_weights(encode_weights(4, cpu_state(bad)))  # shape mismatch: refused
+    assert not col.load_weights(2, cpu_state(donor.state_dict()))  # not newer: ignored
     assert col.weight_version == 3
     t = col.timing
     assert t.steps == 121 and 0 < t.env_s < t.total_s and t.infer_s > 0
@@ -160,3 +158,27 @@ def test_reward_scale_applies_to_learning_data_not_to_reported_returns() -> None
         np.testing.assert_array_equal(a.actions, b.actions)
         np.testing.assert_allclose(b.rewards, a.rewards * 0.25)
     assert [e.episode_return for e in plain.episodes] == [e.episode_return for e in scaled.episodes]
+
+
+def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(caplog) -> None:
+    import zmq
+
+    from actors.client import HeadLink, Welcome
+
+    donor = small_collector(FakeLink()).net
+    template = {k: v.to("meta") for k, v in donor.state_dict().items()}
+    ctx = zmq.Context()
+    welcome = Welcome(1, "inproc://nowhere-data", "inproc://nowhere-weights", 0.1, 1, 0, Config(), b"tok")
+    link = HeadLink(ctx, welcome, template)
+    try:
+        link._weights = encode_weights(3, cpu_state(donor.state_dict()))  # as poll_head keeps the newest
+        version, state = link.take_weights()
+        assert version == 3 and all(torch.equal(state[k], v) for k, v in donor.state_dict().items())
+        assert link.take_weights() is None  # taken once
+        bad = dict(donor.state_dict())
+        bad[next(iter(bad))] = torch.zeros(1)
+        link._weights = encode_weights(4, cpu_state(bad))
+        assert link.take_weights() is None and "refused weights: weights_mismatch" in caplog.text
+    finally:
+        link.close()
+        ctx.term()

@@ -11,6 +11,7 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from shared.keys import CurveClient, generate, load_client
 from tests.cluster_helpers import wait_for
 
 SPEC = P.ObsSpec((84, 84), np.dtype(np.uint8), 4, max_streams=4)
+TEMPLATE = {"w": torch.zeros(4)}  # a HeadLink's network layout; these tests publish no weights
 
 try:
     from replay.buffer import ReplayBuffer
@@ -385,7 +387,7 @@ def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
     config = small_config(local_transport="tcp", socket_buffer_bytes=socket_buffer_bytes)
     head = Head(RecordingSink(), config, raw_socket=False, may_insert=lambda: False)  # the learner is "behind"
     try:
-        link = HeadLink(head.ctx, head.welcome)
+        link = HeadLink(head.ctx, head.welcome, TEMPLATE)
         assert link.data.sndbuf == (socket_buffer_bytes or link.data.sndbuf)
         for seq, chunk in enumerate(counting_chunks(PARKED_WITHOUT_CREDITS), start=1):  # fill the park:
             P.send_parts(link.data, P.encode_chunk(chunk, head.cid, seq, 5))  # then the socket is not read

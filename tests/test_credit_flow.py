@@ -15,7 +15,7 @@ import zmq
 from actors.client import HeadLink
 from shared import protocol as P
 from tests.cluster_helpers import wait_for
-from tests.test_consolidation import Head, RecordingSink, counting_chunks, small_config
+from tests.test_consolidation import TEMPLATE, Head, RecordingSink, counting_chunks, small_config
 
 
 def _credits(sock: zmq.Socket, timeout_ms: int = 1000) -> list[int]:
@@ -35,7 +35,7 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
     gate_open = threading.Event()  # shut: the learner is "behind", chunks are parked, not written
     head = Head(sink, config, raw_socket=False, may_insert=gate_open.is_set)
     stop = threading.Event()
-    link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
+    link = HeadLink(head.ctx, head.welcome, TEMPLATE, should_stop=stop.is_set)
     chunks = counting_chunks(6)
     results: list[bool] = []
 
@@ -81,7 +81,7 @@ def test_a_collector_waiting_for_credit_exits_on_stop() -> None:
     config = small_config(local_transport="tcp", max_chunks_in_flight=1, head_timeout_s=60.0)
     head = Head(RecordingSink(), config, raw_socket=False, may_insert=lambda: False)
     stop = threading.Event()
-    link = HeadLink(head.ctx, head.welcome, should_stop=stop.is_set)
+    link = HeadLink(head.ctx, head.welcome, TEMPLATE, should_stop=stop.is_set)
     try:
         time.sleep(0.25)
         chunks = counting_chunks(2)

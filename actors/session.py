@@ -1,0 +1,44 @@
+"""One collector's life: register, connect, collect until told to stop, close.
+
+Shared by the collector process (`python -m actors --slot i`, which adds signals and its own
+ZeroMQ context) and the in-process mode (collectors as threads of the head, sharing its
+context and talking to it over `inproc://` with the same messages, byte for byte).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import zmq
+
+from actors.client import HeadLink, register
+from actors.collector import Collector
+from shared.keys import CurveClient
+from shared.weights import network_template
+
+log = logging.getLogger("actors")
+
+
+def collect(ctx: zmq.Context, connect: str, slot: int, stop: threading.Event, curve: CurveClient | None = None,
+            register_timeout_s: float = 60.0) -> str:
+    """Run one collector until STOP, head silence or `stop`; returns why it ended.
+
+    Raises RegistrationError when the head does not answer (or refuses) within the timeout."""
+    welcome = register(ctx, connect, slot, curve, register_timeout_s, should_stop=stop.is_set)
+    log.info("registered as collector %d (eps %.4f), data -> %s", welcome.collector_id, welcome.epsilon,
+             welcome.data_endpoint)
+    template = network_template(welcome.config)
+    link = HeadLink(ctx, welcome, template, curve, should_stop=stop.is_set)
+    collector = None
+    try:
+        collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
+        reason = collector.run()
+        t = collector.timing
+        log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time, %.1f s waiting for credit",
+                 welcome.collector_id, reason, t.steps, 100 * t.overhead_frac if t.env_s else 0.0, link.credit_wait_s)
+        return reason
+    finally:
+        if collector is not None:
+            collector.close()
+        link.close()
