@@ -33,6 +33,7 @@ from shared.config import (
     TransportConfig,
     available_memory_bytes,
     estimate_replay_bytes,
+    is_mario,
 )
 
 
@@ -204,7 +205,7 @@ def env_preset(env_id: str) -> dict[str, str]:
     else SMALL_ENV_PRESET (any other Gymnasium id is taken to be a cheap vector env)."""
     if env_id in ENV_PRESETS:
         return dict(ENV_PRESETS[env_id])
-    if env_id.startswith("SuperMarioBros"):
+    if is_mario(env_id):
         return dict(MARIO_PRESET)
     return dict(SMALL_ENV_PRESET)
 

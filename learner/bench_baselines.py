@@ -30,15 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config, EnvConfig
+from shared.config import Config, EnvConfig, is_mario
 
 STARTUP_TIMEOUT_S = 120.0  # spawn + torch import + K env builds on a loaded 2-core box
 
 
 # ---------------------------------------------------------------------- env helpers
-def is_mario(env_id: str) -> bool:
-    return env_id.startswith("SuperMarioBros")
-
 
 def mario_action_masks(action_set: str) -> list[int]:
     """NES controller bitmasks of the configured action set (what JoypadSpace would send)."""

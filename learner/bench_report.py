@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from shared.sizes import meminfo
+
 # Every key the JSON must carry at top level, in the order the table prints them. A key that a
 # run could not measure is still present (null) and has an entry in report["errors"].
 HEADLINE_KEYS: tuple[str, ...] = (
@@ -80,8 +82,8 @@ def machine_facts(argv: list[str] | None = None) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "cores": os.cpu_count(),
         "cpu_model": _cpu_model(),
-        "memory_bytes": _meminfo("MemTotal"),
-        "memory_available_bytes": _meminfo("MemAvailable"),
+        "memory_bytes": meminfo("MemTotal"),
+        "memory_available_bytes": meminfo("MemAvailable"),
         "gpu": _gpu_name(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -103,17 +105,6 @@ def _cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
-
-
-def _meminfo(field: str) -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _gpu_name() -> str | None:

@@ -194,9 +194,10 @@ def _build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator)
 
 def _make_env(env_cfg: Any) -> Any:
     """The run's env, with RGB rendering when the env offers it (Mario does; asking others warns)."""
-    from shared.env_factory import MARIO_PREFIX, make_env
+    from shared.config import is_mario
+    from shared.env_factory import make_env
 
-    if str(env_cfg.env_id).startswith(MARIO_PREFIX):
+    if is_mario(str(env_cfg.env_id)):
         return make_env(env_cfg, render_mode="rgb_array")
     env = make_env(env_cfg)
     if "rgb_array" not in (getattr(env, "metadata", {}) or {}).get("render_modes", []):
@@ -247,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out if args.out is not None else run_dir / "eval"
     counters = dict(data.counters)
-    from shared.env_factory import MARIO_PREFIX
+    from shared.config import is_mario
 
-    mario = f" ({cfg.env.action_set}, skip {cfg.env.frame_skip})" if cfg.env.env_id.startswith(MARIO_PREFIX) else ""
+    mario = f" ({cfg.env.action_set}, skip {cfg.env.frame_skip})" if is_mario(cfg.env.env_id) else ""
     print(f"checkpoint {data.path}  env {cfg.env.env_id}{mario}  "
           f"env_steps {counters.get('env_steps', '?')}  updates {counters.get('updates', '?')}  "
           f"epsilon {args.epsilon}", flush=True)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from shared.sizes import next_pow2
+
 
 class ReplayInvariantError(Exception):
     """A replay invariant is broken; the message names the slot(s) and the values involved."""
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 class SumTree:

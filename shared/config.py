@@ -14,17 +14,24 @@ import dataclasses
 import ipaddress
 import json
 import math
-import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, get_type_hints
 
+from shared.mario_actions import ACTION_LISTS  # a plain table: no emulator, no torch
+from shared.sizes import available_memory_bytes, next_pow2
+
 MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 MARIO_PREFIX = "SuperMarioBros"
-ACTION_SETS = ("right_only", "simple", "complex")
+ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (shared/mario_actions.py)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
 STORAGE_DEVICES = ("auto", "cpu", "learner")
+
+
+def is_mario(env_id: str) -> bool:
+    """Mario ids get the Mario wrapper, the Mario preset and config-only specs."""
+    return env_id.startswith(MARIO_PREFIX)
 
 
 class ConfigError(ValueError):
@@ -258,7 +265,7 @@ def estimate_replay_bytes(cfg: Config, obs_bytes: int | None = None) -> int:
     if obs_bytes is None:
         obs_bytes = cfg.env.frame_size * cfg.env.frame_size  # uint8 grayscale frame
     per_slot_metadata = 8 * 6  # indices, return, discount, action, priority leaf (see replay.storage)
-    tree_bytes = 2 * 8 * _next_pow2(cfg.replay.capacity)
+    tree_bytes = 2 * 8 * next_pow2(cfg.replay.capacity)
     return cfg.replay.capacity * (obs_bytes + per_slot_metadata) + tree_bytes
 
 
@@ -291,12 +298,10 @@ def estimate_network_params(
     counted (a lower bound: the hidden x hidden layers dominate wide networks).
     """
     e, hidden = cfg.env, cfg.learner.hidden
-    from_config = obs_shape is None and isinstance(e.env_id, str) and e.env_id.startswith(MARIO_PREFIX)
+    from_config = obs_shape is None and isinstance(e.env_id, str) and is_mario(e.env_id)
     if from_config:
         obs_shape = (e.frame_size, e.frame_size)
     if num_actions is None and from_config:
-        from shared.mario_actions import ACTION_LISTS  # a plain table: no emulator, no torch
-
         num_actions = len(ACTION_LISTS.get(e.action_set, ACTION_LISTS["complex"]))
     elif num_actions is None:
         num_actions = 1  # unknown: the fewest there can be (a lower bound)
@@ -336,22 +341,6 @@ def estimate_network_bytes(
 
 def _network_copies(cfg: Config) -> int:
     return LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def available_memory_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux); falls back to total physical memory."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _check_all(cfg: Config, available_bytes: int | None) -> None:

@@ -20,12 +20,11 @@ import re
 import gymnasium as gym
 import numpy as np
 
-from shared.config import ConfigError, EnvConfig
+from shared.config import ConfigError, EnvConfig, is_mario
 from shared.mario_actions import check_action_set, num_actions
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
 _ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
-MARIO_PREFIX = "SuperMarioBros"
 
 
 def _mario_ids() -> list[str]:
@@ -67,7 +66,7 @@ def check_env_id(env_id: object) -> None:
     """
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
-    if env_id.startswith(MARIO_PREFIX):
+    if is_mario(env_id):
         parse_mario_id(env_id)
     else:
         _ensure_registered(env_id)
@@ -78,7 +77,7 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
     check_env_id(env_id)
-    if env_id.startswith(MARIO_PREFIX):
+    if is_mario(env_id):
         target, rom_mode = parse_mario_id(env_id)
         from shared.mario_env import MarioEnv  # imported lazily: it loads the emulator packages
 
@@ -112,7 +111,7 @@ def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, 
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
     check_env_id(env_id)
-    if env_id.startswith(MARIO_PREFIX):
+    if is_mario(env_id):
         _, rom_mode = parse_mario_id(env_id)
         if rom_mode != "vanilla":
             from shared.mario_emulator import package_generation
