@@ -56,7 +56,7 @@ def make_raw_env(env_id: str) -> Any:
         import gym_super_mario_bros
 
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "SuperMarioBros-1-1-v0 is out of date": v0 is the seed's env
+            warnings.simplefilter("ignore")  # "SuperMarioBros-1-1-v0 is out of date": v0 is the naive design's env
             return gym_super_mario_bros.make(env_id).unwrapped
     import gymnasium
 
@@ -260,7 +260,7 @@ def _naive_collector(
     index: int, env_dict: dict[str, Any], num_envs: int, hidden: int, dueling: bool, epsilon: float, data_q: Any,
     cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any,
 ) -> None:
-    """The seed's collector: batched eps-greedy over K envs, one pickled transition per queue put."""
+    """The naive design's collector: batched eps-greedy over K envs, one pickled transition per queue put."""
     try:
         import torch
 
@@ -331,7 +331,7 @@ class NaiveLearner:
         import torch
         import torch.nn.functional as F
 
-        s, a, r, s2, d = (np.stack(col) for col in zip(*batch, strict=True))  # the seed's np.stack batching
+        s, a, r, s2, d = (np.stack(col) for col in zip(*batch, strict=True))  # the naive design's np.stack batching
         dev = self.device
         s_t, s2_t = torch.from_numpy(s).to(dev), torch.from_numpy(s2).to(dev)
         a_t = torch.from_numpy(a.astype(np.int64)).to(dev)
@@ -429,7 +429,7 @@ def run_naive_pipeline(
                 if phase == "train":
                     need = max(warmup, cfg.learner.batch_size)
                     fill_deadline = time.monotonic() + STARTUP_TIMEOUT_S
-                    while len(replay) < need:  # untimed: the seed's warmup
+                    while len(replay) < need:  # untimed: the naive design's warmup
                         if time.monotonic() > fill_deadline:
                             raise TimeoutError(f"naive replay reached {len(replay)} of {need} warmup transitions")
                         time.sleep(0.01)

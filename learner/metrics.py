@@ -1,4 +1,4 @@
-"""Run metrics: TensorBoard scalars, a JSON-lines file and the seed's ``[MAIN]`` progress line.
+"""Run metrics: TensorBoard scalars, a JSON-lines file and the ``[MAIN]`` progress line.
 
 The head calls `MetricsLogger.log(stats)` once per logging interval with one flat dict
 merging its own counters (env_steps, episodes, mean_return_20, x_pos, flag_get, epsilon,
@@ -80,7 +80,7 @@ def _num(d: Mapping[str, Any], *keys: str) -> float | None:
 
 
 def format_main_line(d: Mapping[str, Any], epoch_updates: int = 1) -> str:
-    """The seed's progress line; unknown values print as n/a."""
+    """The `[MAIN]` line (the format of the original single-process Mario DQN); unknown values print as n/a."""
     updates = _num(d, "updates")
     epoch = int(updates) // max(1, epoch_updates) if updates is not None else 0
 

@@ -103,8 +103,8 @@ class Learner:
         }
         image = is_image_obs(obs_shape)
         # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
-        # measured no consistent gain (best-of per update: b32 75 vs 86 ms, b128 282 vs 258 ms,
-        # b512 1074 vs 1033 ms), so it stays off there (the bench reports fp32_cl_b* to recheck).
+        # measured no consistent gain (BENCHMARKS.md, "Design measurements"), so it stays off there
+        # (the learner bench reports fp32_cl_b* to recheck).
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         self.online = build_q_network(obs_shape, stack, num_actions, lc.hidden, lc.dueling).to(

@@ -14,9 +14,8 @@ Why this design (details in the module docstrings):
 Thread roles: `add_chunk` from the writer thread only; `sample`, `update_priorities` and
 `check_valid` from the reader thread only (they drain the writer's records into the tree).
 `len()`, `transitions_added` and `frames_stored` may be read from any thread: they are
-writer-maintained counters and never touch the tree (the lead's sketch had len() drain; the
-consolidation thread's stats call len(), so draining there would make two threads mutate
-the reader-owned tree). `save` and
+writer-maintained counters and never touch the tree (the consolidation thread's stats call
+len(); if len() drained, two threads would mutate the reader-owned tree). `save` and
 `restore` need a quiescent writer (the checkpointer pauses consolidation around them).
 """
 

@@ -13,7 +13,7 @@ all rows are fresh. Rows already known to be stale are rejected before the gathe
 A row is judged by the segment absolute start (and probability) captured *when it was
 drawn*: a drain during a resampling round may put a newer segment into an already drawn
 slot, and judging the row by that newer segment would accept a gather that read the old one
-(the concurrency test caught exactly this). Rows from a just-retired tail stay valid: the
+(tests/test_replay_concurrency.py exercises this interleaving). Rows from a just-retired tail stay valid: the
 writer skipped those slots, their bytes are untouched, and their weight uses the
 probability they were drawn with.
 
@@ -23,8 +23,8 @@ overwritten since it was sampled and ignore it: a stale update never resurrects 
 
 Outputs: actions/returns/discounts/weights are fresh tensors every call. Frames: on CUDA
 fresh tensors (the caching allocator makes that free). On CPU a fresh 29 MB tensor per
-512-batch can cost page faults (measured 3.5 ms into a reused buffer vs 3.5-7.1 ms fresh on
-this machine), so the reader rotates a pool of `out_pool` (default 4, >= 3) preallocated
+512-batch can cost page faults (up to 2x the copy into a reused buffer; BENCHMARKS.md, "Design
+measurements"), so the reader rotates a pool of `out_pool` (default 4, >= 3) preallocated
 buffers per batch size: a returned batch's obs/next_obs stay valid until `out_pool - 1`
 further samples of the same size have been made -- enough for the learner's one-batch
 prefetch (batch being trained + batch prefetched + the one being gathered). `out_pool=0`

@@ -1,6 +1,6 @@
 """Pre-allocated frame ring and per-slot metadata, shared by the writer and the reader.
 
-Layout (decided by the lead): one global ring of `capacity` frame slots. Every chunk becomes one
+Layout: one global ring of `capacity` frame slots. Every chunk becomes one
 contiguous *segment* at the write cursor and never wraps, so a stack is always a run of slot
 indices inside one segment and never mixes streams or episodes. Each frame is stored once;
 stacks are rebuilt at sample time from per-slot floors with `shared.chunk.stack_indices`.
@@ -16,9 +16,9 @@ Per slot (numpy, CPU; written by the writer, read by the reader only for sampled
 
 Frames live in one uint8 torch tensor on the storage device (the learner's GPU when it fits,
 else CPU), so a sample is a single device-side ``index_select`` of both stacks. On CPU the
-same code path: ``torch.index_select(out=...)`` into a preallocated buffer measured 3.5 ms
-for a 512-batch (4096 frames of 84x84, copy floor 3.1 ms) against 10.4 ms for
-``np.take(..., out=)`` (numpy's out= path buffers), so torch it is.
+same code path: ``torch.index_select(out=...)`` into a preallocated buffer is near the copy floor
+on CPU and ~3x faster than ``np.take(..., out=)``, whose out= path buffers (BENCHMARKS.md,
+"Design measurements").
 """
 
 from __future__ import annotations

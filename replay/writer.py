@@ -1,6 +1,6 @@
 """The writer side: validate a chunk, place it as one segment, copy it, publish it.
 
-Concurrency protocol (lead's design; no lock on the hot path). The writer is one thread and
+Concurrency protocol (no lock on the hot path). The writer is one thread and
 owns the cursor; the reader is one thread and owns the sum-tree. They share:
 
 1. ``claimed_end`` -- absolute frame position (monotonic; ring slot = position % capacity)

@@ -6,20 +6,9 @@ resized with INTER_AREA (frame stacking belongs to the collector and the replay)
 
 Why fused: a wrapper chain (action mapping -> max-and-skip over the package `step` ->
 grayscale -> resize -> time limit) pays a Python layer per frame and per wrapper, copies the
-negative-stride RGB screen twice per step and converts it to gray in float. Measured once
-(single process, 200 agent steps of random `simple` actions on 1-1, frame skip 4, best of 3 by
-CPU time, on a shared 2-core box, so +-5% noise):
-                                        Python 3.11 / nes-py 8.2.1    Python 3.13 / nes-py 9.0.1
-    chain (JoypadSpace-like action map
-    + MaxAndSkipObservation over the
-    package `step` + GrayscaleObservation
-    + ResizeObservation + TimeLimit)     11.24 ms/step (89/s)          8.05 ms/step (124/s)
-    fused (this class)                   7.15 ms/step (140/s)          5.36 ms/step (187/s)
-    bare package env, `step` x4,
-    no preprocessing at all              7.27 ms/step (138/s)          5.24 ms/step (191/s)
-The emulator itself is ~1.3-1.5 ms per frame here. With emulation made free, the Python cost
-per agent step is 351 us for this class vs 505 us for 4 package `step` calls on nes-py 8, and
-212 us vs 197 us on nes-py 9 (of ours: ~125 us INTER_AREA resize, 2 x ~27 us grayscale).
+negative-stride RGB screen twice per step and converts it to gray in float. This class fuses
+them: ~1.6x the chain's speed on nes-py 8, as fast as the bare package env (BENCHMARKS.md,
+"Design measurements").
 
 Reward (the same on both package generations; 9.x changed the package's own), per agent step t:
     progress  = x_t - x_{t-1}, set to 0 when |dx| > 5 * frame_skip (respawn, pipe, new stage)
