@@ -50,11 +50,11 @@ def make_raw_env(env_id: str) -> Any:
     Non-Mario ids (the counting env in tests) go through Gymnasium's registry, unwrapped too.
     """
     if is_mario(env_id):
-        _quiet_emulator_import()
         import warnings
 
-        import gym_super_mario_bros
+        from shared.mario_emulator import import_mario_package
 
+        gym_super_mario_bros = import_mario_package()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "SuperMarioBros-1-1-v0 is out of date": v0 is the naive design's env
             return gym_super_mario_bros.make(env_id).unwrapped
@@ -65,26 +65,10 @@ def make_raw_env(env_id: str) -> Any:
     return gymnasium.make(env_id).unwrapped
 
 
-def _quiet_emulator_import() -> None:
-    """Import the emulator packages once with stderr muted: old gym prints a 4-line notice per process."""
-    import contextlib
-    import io
-    import warnings
-
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            import gym_super_mario_bros  # noqa: F401
-        except ImportError:
-            pass
-
-
 def make_project_env(env_config: EnvConfig) -> tuple[Any, tuple[int, ...], Any, int, int]:
     """(env, obs_shape, obs_dtype, num_actions, stack) from the project's env factory, as collectors build it."""
     from shared.env_factory import env_spec_of, make_env
 
-    if is_mario(env_config.env_id):
-        _quiet_emulator_import()
     obs_shape, obs_dtype, num_actions, stack = env_spec_of(env_config)
     return make_env(env_config), tuple(obs_shape), obs_dtype, int(num_actions), int(stack)
 

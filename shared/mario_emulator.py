@@ -24,7 +24,9 @@ pixels identical.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import sys
 from importlib import metadata
 
@@ -40,6 +42,14 @@ SCREEN_WIDTH = 256
 ENDED = 1  # the episode is over (package rule, or a life lost when stop_on_life_loss)
 DIED = 2  # Mario was dying or dead on this frame
 FLAG = 4  # flag_get: stage or world over on this frame
+
+
+def import_mario_package():
+    """`gym_super_mario_bros`, imported without the banner old gym prints to stderr on import
+    ("Gym has been unmaintained ..."): it says nothing a user of this project can act on."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        import gym_super_mario_bros
+    return gym_super_mario_bros
 
 
 def package_generation() -> str:
@@ -77,9 +87,8 @@ class MarioEmulator:
     """
 
     def __init__(self, target: tuple[int, int] | None, rom_mode: str = "vanilla") -> None:
-        # imported here: the old generation imports gym (slow, prints a banner) and non-Mario
-        # envs must not pay for it
-        from gym_super_mario_bros import SuperMarioBrosEnv
+        # imported here: the old generation imports gym (slow) and non-Mario envs must not pay for it
+        SuperMarioBrosEnv = import_mario_package().SuperMarioBrosEnv
 
         self.generation = package_generation()
         kwargs: dict[str, object] = {"target": target}
