@@ -415,6 +415,9 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
     _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
     _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
+    if c.heartbeat_s > t.head_timeout_s / 2:  # both sides take a silence of head_timeout_s for death
+        _fail("collectors.heartbeat_s", c.heartbeat_s,
+              f"at most half of transport.head_timeout_s ({t.head_timeout_s}): heartbeats say a peer is alive")
     _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
 
     _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)

@@ -71,6 +71,7 @@ def test_bad_override_names_the_problem(override, words):
         ("transport.bind=0.0.0.0", "transport.bind", "curve_keys_dir"),
         ("transport.socket_buffer_bytes=-1", "transport.socket_buffer_bytes", "[0, 1073741824]"),
         ("learner.warmup_transitions=10000000", "learner.warmup_transitions", "replay.capacity"),
+        ("collectors.heartbeat_s=6", "collectors.heartbeat_s", "half of transport.head_timeout_s"),
     ],
 )
 def test_bad_value_names_field_value_and_allowed(override, field, allowed):
