@@ -24,8 +24,17 @@ from shared.protocol import HEAD_HEARTBEAT, STOP, encode_simple, send_parts
 from shared.weights import cpu_state, encode_weights
 
 log = logging.getLogger(__name__)
-MAX_SUBSCRIPTIONS_PER_TICK = 256  # (un)subscriptions read per loop turn; the rest wait for the next turn
+# Incoming (un)subscriptions: each time the socket processes commands, libzmq moves everything queued in a
+# peer's pipe into a list that only recv() empties and that has no limit. A small receive HWM and a drain
+# that empties the list each turn (bounded in time, so spam cannot starve the sends) keep it near one pipe's
+# worth per peer: a spamming peer is held back by TCP instead of growing the head's memory.
+SUBSCRIPTION_RCVHWM = 64
+SUBSCRIPTION_DRAIN_S = 0.005  # longest time spent reading (un)subscriptions per loop turn
 RESEND_MIN_S = 0.05  # newest weights are re-sent to new subscribers at most this often
+# Largest frame the XPUB accepts. It only receives (un)subscriptions (1 byte + a short topic), but ZeroMQ
+# applies the same limit to handshake commands: a SUB's CURVE INITIATE is ~280 bytes, so a smaller limit
+# silently drops every CURVE subscriber (no weights, no HEAD_HEARTBEAT) while plain TCP/ipc still work.
+SUBSCRIPTION_MAX_MSG = 1024
 
 
 class WeightPublisher:
@@ -44,7 +53,8 @@ class WeightPublisher:
         self._sock.linger = 0
         self._sock.sndhwm = sndhwm
         self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, 256)  # it only receives (un)subscriptions: 1 byte + a short topic
+        self._sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_MAX_MSG)
+        self._sock.rcvhwm = SUBSCRIPTION_RCVHWM
         if curve is not None:
             curve.apply(self._sock)
         self.endpoints: list[str] = []
@@ -113,13 +123,16 @@ class WeightPublisher:
                 events = dict(poller.poll(timeout * 1000))
                 resend = False
                 if self._sock in events:
-                    for _ in range(MAX_SUBSCRIPTIONS_PER_TICK):  # bounded: spam cannot starve the sends below
+                    drain_until = time.monotonic() + SUBSCRIPTION_DRAIN_S
+                    while True:  # until empty, or out of time: spam cannot starve the sends below
                         try:
                             sub = self._sock.recv(zmq.NOBLOCK)
                         except zmq.Again:
                             break
                         resend |= bool(sub) and sub[0] == 1  # a (re)subscription
                         self.subscriptions_read += 1
+                        if self.subscriptions_read % 256 == 0 and time.monotonic() >= drain_until:
+                            break
                 if self._wake_r in events:
                     while self._wake_r.poll(0):
                         self._wake_r.recv()

@@ -6,7 +6,8 @@ raises out of the thread, and nothing a peer sends can make it allocate without 
 
 - every receiving socket has `MAXMSGSIZE` (derived from the run's geometry), so an oversized
   frame is refused by ZeroMQ before it is buffered, with or without CURVE;
-- registrations are capped below the context's socket limit, refused with a clear WELCOME
+- registrations are capped below the context's socket limit and the open-file limit (libzmq aborts
+  the process on EMFILE), refused with a clear WELCOME
   past the cap, and reclaimed (socket, state, cached WELCOME) on BYE, when their process is
   replaced, or after `transport.head_timeout_s` of silence;
 - each collector gets its own ROUTER data socket and a secret routing id (`token`) in its
@@ -73,6 +74,8 @@ CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
 WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
 RECLAIM_EVERY_S = 0.5
+FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener, its owner's connection
+FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
 
 
 class _AlwaysOpen:
@@ -98,6 +101,31 @@ def _peer_address(frame: zmq.Frame) -> str:
 
 def _is_loopback(address: str) -> bool:
     return address.startswith("127.") or address in ("::1", "localhost")
+
+
+def open_files_room(registrations: int) -> int:
+    """How many registrations the open-file limit leaves room for, after raising the soft limit (never past
+    the hard one) to what `registrations` need. libzmq aborts the whole process when a bind cannot get a
+    file descriptor (EMFILE), so the registration cap must stay below the limit: with the common soft
+    limit of 1024, a flood of HELLOs would otherwise kill the head."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return registrations
+    want = FDS_RESERVED + FDS_PER_COLLECTOR * registrations
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            raised = want if hard == resource.RLIM_INFINITY else min(hard, want)
+            if raised > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+    except (ValueError, OSError) as exc:
+        log.debug("cannot raise the open-file limit: %r", exc)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return registrations
+    return max(1, min(registrations, (soft - FDS_RESERVED) // FDS_PER_COLLECTOR))
 
 
 def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
@@ -163,7 +191,7 @@ class ConsolidationThread(threading.Thread):
         t = config.transport
         self.ctx = context or zmq.Context.instance()
         sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
-        self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room))
+        self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
         frames = max_chunk_frames if max_chunk_frames is not None else max(2, min(4096, config.replay.capacity // 2))
         self.data_max_msg = data_max_msg_bytes(spec, frames)
         self.max_abs_reward = float(config.env.max_abs_reward)

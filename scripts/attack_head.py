@@ -1,0 +1,531 @@
+"""Attack a running head (`python -m learner`) the way a hostile or broken peer would.
+
+Each attack is a function returning a dict of what it sent and what came back, so
+tests/test_adversarial.py imports them, and a person can replay any of them by hand:
+
+    make run ARGS="--env CartPole-v1 --port 5555"                       # one terminal
+    python scripts/attack_head.py --connect tcp://127.0.0.1:5555 --attack nan
+
+then read the head's `[PROCESSOR] ... Drops: N` line and head.log ("rejected message: <reason>").
+
+Attacks (--count sets how many messages; the head's reason for each is in parentheses):
+
+  nan             registered fake collector: chunks whose observations contain NaN (nonfinite_obs)
+  huge            ... whose observations are 3e38 (obs_out_of_range)
+  reward          ... whose one reward is 3.4e38 (reward_out_of_range)
+  deep-json       HELLOs nested far deeper than the JSON limit (bad_json); no WELCOME comes back
+  hello-flood     HELLOs with distinct nonces from one DEALER: registrations up to the head's cap, then
+                  WELCOMEs carrying "refused" (too_many_collectors); silent ones are reclaimed later
+  oversize        raw TCP to the control port and to a data endpoint: a ZMTP greeting, READY and a frame
+                  declaring 4 GiB, then junk (ZeroMQ drops the connection: nothing is counted, nothing allocated)
+  second-peer     a registered fake owner; two other peers on its data endpoint send HEARTBEAT with seq 2**64-1
+                  (foreign_peer); a passive one must never see a CREDIT; the owner's chunks are still credited
+  xpub-spam       (un)subscriptions to the weights port as fast as possible for --seconds
+  forged-summary  registered fake collector: EPISODE_SUMMARY with return 475 and no transitions (not counted
+                  as episodes, cannot stop a --target-return run; not a rejection either)
+
+The chunk attacks assume a float observation env (CartPole-v1: --obs-dim 4). With --curve-keys DIR (from
+`make keys`) the fake collectors authenticate like a real one (an authorized but malicious collector); the
+raw oversize connections never authenticate. Prints one JSON object per attack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk  # noqa: E402
+from shared.protocol import (  # noqa: E402
+    CREDIT,
+    HEARTBEAT,
+    HELLO,
+    MAX_JSON_DEPTH,
+    WELCOME,
+    EpisodeSummary,
+    Header,
+    decode,
+    decode_header,
+    encode_chunk,
+    encode_episode,
+    encode_json,
+    encode_simple,
+    send_parts,
+)
+
+CHUNK_ATTACKS = {"nan": "nonfinite_obs", "huge": "obs_out_of_range", "reward": "reward_out_of_range"}
+ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "xpub-spam", "forged-summary", "hello-flood")
+SEQ_MAX = 2**64 - 1
+
+
+class Refused(RuntimeError):
+    """The head answered HELLO with a refusal (or not at all)."""
+
+
+def _curve(keys_dir: str | None):
+    if not keys_dir:
+        return None
+    from shared.keys import load_client
+
+    return load_client(keys_dir)
+
+
+def _socket(ctx: zmq.Context, kind: int, curve=None) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.linger = 0
+    if curve is not None:
+        curve.apply(sock)
+    return sock
+
+
+def reachable(endpoint: str, connect: str) -> str:
+    """A tcp endpoint bound on a wildcard address is reached at the host we registered with."""
+    host = urlsplit(endpoint).hostname
+    if endpoint.startswith("tcp://") and host in ("0.0.0.0", "*", "::"):
+        return f"tcp://{urlsplit(connect).hostname}:{endpoint.rsplit(':', 1)[1]}"
+    return endpoint
+
+
+def weights_endpoint_of(connect: str) -> str:
+    """The head's weights XPUB listens on the control port + 1."""
+    base, port = connect.rsplit(":", 1)
+    return f"{base}:{int(port) + 1}"
+
+
+# ---------------------------------------------------------------------------- chunks
+def valid_chunk(steps: int = 16, stream: int = 0, obs_dim: int = 4, seed: int = 0,
+                reward: float = 0.1) -> TransitionChunk:
+    """One whole (terminated) episode of `steps` steps with small float observations: what a collector sends."""
+    rng = np.random.default_rng(seed)
+    frames = rng.uniform(-0.05, 0.05, size=(steps + 1, obs_dim)).astype(np.float32)
+    actions = rng.integers(0, 2, size=steps + 1).astype(np.int32)
+    actions[-1] = NO_ACTION
+    rewards = np.full(steps + 1, reward, dtype=np.float32)
+    rewards[-1] = 0.0
+    flags = np.zeros(steps + 1, dtype=np.uint8)
+    flags[0] = FLAG_FIRST
+    flags[steps - 1] |= FLAG_TERMINATED
+    priorities = np.ones(steps + 1, dtype=np.float32)
+    return TransitionChunk(stream, 0, frames, actions, rewards, flags, priorities)
+
+
+def poisoned_chunk(kind: str, steps: int = 16, stream: int = 0, obs_dim: int = 4, seed: int = 0) -> TransitionChunk:
+    """A well-formed chunk with one bad value: 'nan' (obs NaN), 'huge' (obs 3e38) or 'reward' (one reward 3.4e38)."""
+    c = valid_chunk(steps, stream, obs_dim, seed)
+    frames, rewards = c.frames.copy(), c.rewards.copy()
+    if kind == "nan":
+        frames[steps // 2, 1] = np.nan
+    elif kind == "huge":
+        frames[steps // 2, :] = np.float32(3e38)
+    elif kind == "reward":
+        rewards[steps // 2] = np.float32(3.4e38)
+    else:
+        raise ValueError(f"unknown poison {kind!r}; allowed: {', '.join(CHUNK_ATTACKS)}")
+    return TransitionChunk(c.stream, c.first_start, frames, c.actions, rewards, c.flags, c.priorities)
+
+
+# ---------------------------------------------------------------------------- registration
+def hello(ctx: zmq.Context, connect: str, fields: dict[str, Any], curve=None, timeout_s: float = 20.0) -> dict[str, Any]:
+    """One HELLO, sent once (a retry of a refused nonce would be refused and counted again); the WELCOME's JSON."""
+    sock = _socket(ctx, zmq.DEALER, curve)
+    try:
+        sock.connect(connect)
+        sock.send_multipart(encode_json(HELLO, fields))
+        if not sock.poll(timeout_s * 1000):
+            raise Refused(f"no WELCOME from {connect} within {timeout_s:.0f} s")
+        msg = decode(sock.recv_multipart())
+        if msg.header.msg_type != WELCOME:
+            raise Refused(f"expected WELCOME, got type {msg.header.msg_type}")
+        return msg.payload
+    finally:
+        sock.close(linger=0)
+
+
+class FakeCollector:
+    """A registered collector under our control: real HELLO/WELCOME, a DEALER with the WELCOME's routing id."""
+
+    def __init__(self, ctx: zmq.Context, connect: str, curve=None, host: str = "attacker", slot: int = -1,
+                 timeout_s: float = 20.0) -> None:
+        self.nonce = uuid.uuid4().hex
+        welcome = hello(ctx, connect, {"host": host, "pid": os.getpid(), "slot": slot, "nonce": self.nonce,
+                                       "envs": 1}, curve, timeout_s)
+        if "refused" in welcome:
+            raise Refused(str(welcome["refused"]))
+        self.welcome = welcome
+        self.collector_id = int(welcome["collector_id"])
+        self.endpoint = reachable(str(welcome["data_endpoint"]), connect)
+        self.token = bytes.fromhex(str(welcome["data_token"]))
+        self.data = _socket(ctx, zmq.DEALER, curve)
+        self.data.setsockopt(zmq.ROUTING_ID, self.token)
+        self.data.connect(self.endpoint)
+        self.seq = 0
+        self.credited = 0  # newest CREDIT seq seen
+
+    def _send(self, parts: list[Any]) -> int:
+        send_parts(self.data, parts)
+        return self.seq
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def heartbeat(self) -> int:
+        return self._send(encode_simple(HEARTBEAT, self.collector_id, self.next_seq()))
+
+    def chunk(self, chunk: TransitionChunk) -> int:
+        return self._send(encode_chunk(chunk, self.collector_id, self.next_seq(), 0))
+
+    def summary(self, episode_return: float, length: int, stream: int = 0) -> int:
+        s = EpisodeSummary(stream, length, float(episode_return))
+        return self._send(encode_episode(s, self.collector_id, self.next_seq(), 0))
+
+    def wait_credit(self, seq: int, timeout_s: float) -> bool:
+        """True once the head has acknowledged everything up to `seq` (CREDIT: read and written or rejected)."""
+        deadline = time.monotonic() + timeout_s
+        while self.credited < seq and time.monotonic() < deadline:
+            if self.data.poll(100):
+                header = decode_header(self.data.recv_multipart()[0])
+                if header.msg_type == CREDIT:
+                    self.credited = max(self.credited, header.seq)
+        return self.credited >= seq
+
+    def close(self) -> None:
+        self.data.close(linger=0)
+
+
+# ---------------------------------------------------------------------------- attacks
+def chunk_attack(ctx: zmq.Context, connect: str, kinds: list[str], count: int = 1, curve=None,
+                 obs_dim: int = 4) -> dict[str, Any]:
+    """Register, one accepted HEARTBEAT, then `count` poisoned chunks of each kind; waits for their CREDIT."""
+    fake = FakeCollector(ctx, connect, curve)
+    try:
+        fake.heartbeat()  # accepted: the registration is alive
+        sent: dict[str, int] = {}
+        for kind in kinds:
+            for i in range(count):
+                fake.chunk(poisoned_chunk(kind, obs_dim=obs_dim, seed=i))
+            sent[CHUNK_ATTACKS[kind]] = count
+        acknowledged = fake.wait_credit(fake.seq, 30.0)  # rejected chunks are credited at once
+        return {"attack": "chunks", "collector_id": fake.collector_id, "sent_by_reason": sent,
+                "sent": sum(sent.values()), "acknowledged": acknowledged}
+    finally:
+        fake.close()
+
+
+def deep_json_hellos(depth: int) -> list[list[bytes]]:
+    """Two HELLO bodies too deep for the head: a '[' run (the C scanner's recursion limit) and nested objects."""
+    header = Header(HELLO).pack()
+    nested: dict[str, Any] = {"nonce": "deep"}
+    for _ in range(MAX_JSON_DEPTH + 8):
+        nested = {"x": nested}
+    return [[header, b"[" * depth], [header, json.dumps(nested).encode()]]
+
+
+def deep_json(ctx: zmq.Context, connect: str, count: int = 15, curve=None, depth: int = 60_000,
+              wait_s: float = 1.0) -> dict[str, Any]:
+    """`count` HELLOs nested too deep (alternating the two kinds). `depth` must stay below the control socket's
+    64 KiB message limit, or ZeroMQ drops the connection before the head ever decodes it."""
+    sock = _socket(ctx, zmq.DEALER, curve)
+    bodies = deep_json_hellos(depth)
+    try:
+        sock.connect(connect)
+        for i in range(count):
+            sock.send_multipart(bodies[i % 2])
+        replies = 0
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if sock.poll(50):
+                sock.recv_multipart()
+                replies += 1
+        return {"attack": "deep-json", "sent": count, "replies": replies, "expect_reason": "bad_json"}
+    finally:
+        sock.close(linger=2000)
+
+
+def hello_flood(ctx: zmq.Context, connect: str, count: int = 2000, curve=None, timeout_s: float = 60.0,
+                sockets: int = 1) -> dict[str, Any]:
+    """`count` HELLOs with distinct nonces over `sockets` DEALERs; counts WELCOMEs and refusals."""
+    socks = []
+    for _ in range(max(1, sockets)):
+        s = _socket(ctx, zmq.DEALER, curve)
+        s.rcvhwm = 0  # keep every reply: the counts must be exact
+        s.sndhwm = 0
+        s.connect(connect)
+        socks.append(s)
+    welcomes, refusals, refusal_text = 0, 0, ""
+    run = uuid.uuid4().hex[:8]
+
+    def drain(sock: zmq.Socket) -> None:
+        nonlocal welcomes, refusals, refusal_text
+        while True:
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            payload = decode(parts).payload
+            if "refused" in payload:
+                refusals += 1
+                refusal_text = refusal_text or str(payload["refused"])
+            else:
+                welcomes += 1
+
+    t0 = time.monotonic()
+    try:
+        for i in range(count):
+            sock = socks[i % len(socks)]
+            sock.send_multipart(encode_json(HELLO, {"host": "flood", "pid": 1, "slot": -1,
+                                                    "nonce": f"flood-{run}-{i}", "envs": 1}))
+            drain(sock)
+        deadline = time.monotonic() + timeout_s
+        poller = zmq.Poller()
+        for s in socks:
+            poller.register(s, zmq.POLLIN)
+        while welcomes + refusals < count and time.monotonic() < deadline:
+            for s, _ in poller.poll(200):
+                drain(s)
+        return {"attack": "hello-flood", "sent": count, "welcomes": welcomes, "refusals": refusals,
+                "refusal": refusal_text, "seconds": round(time.monotonic() - t0, 2)}
+    finally:
+        for s in socks:
+            s.close(linger=0)
+
+
+def zmtp_greeting(mechanism: bytes = b"NULL") -> bytes:
+    """ZMTP 3.0 greeting: signature (0xFF, 8 padding bytes, 0x7F), version 3.0, mechanism, as-server 0, filler."""
+    return b"\xff" + b"\x00" * 8 + b"\x7f" + bytes([3, 0]) + mechanism.ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+
+
+def zmtp_ready(socket_type: bytes = b"DEALER") -> bytes:
+    """NULL mechanism READY command with one Socket-Type property (a short command frame)."""
+    name = b"Socket-Type"
+    body = b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(socket_type)) + socket_type
+    return bytes([0x04, len(body)]) + body
+
+
+def zmtp_connect(endpoint: str, mechanism: bytes = b"NULL", timeout_s: float = 5.0) -> socket.socket:
+    """A TCP connection that has exchanged ZMTP 3.0 greetings (ours, then the peer's 64 bytes; sending more
+    before the peer's greeting arrived sometimes makes libzmq drop the connection); NULL also sends READY."""
+    host, port = urlsplit(endpoint).hostname, urlsplit(endpoint).port
+    s = socket.create_connection((host, port), timeout=timeout_s)
+    try:
+        s.sendall(zmtp_greeting(mechanism))
+        got = b""
+        while len(got) < 64:
+            data = s.recv(64 - len(got))
+            if not data:
+                raise ConnectionResetError("the peer closed during the greeting")
+            got += data
+        if mechanism == b"NULL":
+            s.sendall(zmtp_ready())
+        return s
+    except BaseException:
+        s.close()
+        raise
+
+
+def raw_zmtp_hello(endpoint: str, timeout_s: float = 10.0) -> bool:
+    """The hand-made ZMTP peer of `oversize`, sending a small valid HELLO instead: True when a WELCOME comes
+    back (proves the greeting and READY are right, so the oversize drop is the size limit, not bad framing)."""
+    header, body = encode_json(HELLO, {"host": "raw", "nonce": uuid.uuid4().hex})
+    got = b""
+    try:
+        with zmtp_connect(endpoint, timeout_s=timeout_s) as s:
+            s.sendall(bytes([0x01, len(header)]) + header + bytes([0x02]) + struct.pack(">Q", len(body)) + body)
+            deadline = time.monotonic() + timeout_s
+            while b"MAPX" not in got and time.monotonic() < deadline:
+                data = s.recv(65536)
+                if not data:
+                    break
+                got += data
+    except OSError:  # reset or timed out: e.g. a CURVE head refuses the NULL mechanism
+        pass
+    return b"MAPX" in got
+
+
+def oversize(endpoint: str, declare: int = 4 << 30, junk_bytes: int = 64 << 20, mechanism: bytes = b"NULL",
+             command: bool = False, frames: int = 1, timeout_s: float = 5.0) -> dict[str, Any]:
+    """A raw TCP peer that declares `frames` long frames of `declare` bytes each and streams up to `junk_bytes`
+    of each. NULL: greeting + READY + data frame; other mechanisms (CURVE): greeting + a long *command* frame
+    (the handshake itself), never authenticating. Stops at the first send error or `timeout_s` stall."""
+    sent = 0
+    outcome = "sent everything"
+    t0 = time.monotonic()
+    try:
+        with zmtp_connect(endpoint, mechanism, timeout_s) as s:
+            block = b"\xa5" * (1 << 20)
+            for _ in range(frames):
+                flags = 0x02 | (0x04 if command or mechanism != b"NULL" else 0)
+                s.sendall(bytes([flags]) + struct.pack(">Q", declare))
+                left = min(junk_bytes, declare)
+                while left > 0:
+                    n = min(left, len(block))
+                    s.sendall(block[:n])
+                    sent += n
+                    left -= n
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        outcome = f"closed by the head ({type(exc).__name__})"
+    except TimeoutError:
+        outcome = "the head stopped reading (send timed out)"
+    return {"attack": "oversize", "endpoint": endpoint, "mechanism": mechanism.decode(), "declared": declare,
+            "frames": frames, "junk_sent": sent, "outcome": outcome, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def second_peer(ctx: zmq.Context, connect: str, curve=None, owner_chunks: int = 3, poll_s: float = 2.0,
+                credit_timeout_s: float = 30.0) -> dict[str, Any]:
+    """A fake owner registers; an anonymous DEALER and one with a wrong routing id send HEARTBEAT seq 2**64-1
+    on its data endpoint (2 x foreign_peer); a passive DEALER connects and never sends. Then the owner sends
+    `owner_chunks` valid chunks, which must still be credited, while the passive peer must receive nothing."""
+    owner = FakeCollector(ctx, connect, curve)
+    peers: list[zmq.Socket] = []
+    try:
+        owner.heartbeat()  # seq 1, accepted
+        anonymous = _socket(ctx, zmq.DEALER, curve)
+        wrong = _socket(ctx, zmq.DEALER, curve)
+        wrong.setsockopt(zmq.ROUTING_ID, b"c" + os.urandom(16))
+        passive = _socket(ctx, zmq.DEALER, curve)
+        peers = [anonymous, wrong, passive]
+        for p in peers:
+            p.connect(owner.endpoint)
+        for p in (anonymous, wrong):
+            send_parts(p, encode_simple(HEARTBEAT, owner.collector_id, SEQ_MAX))
+        time.sleep(0.5)  # let the forged seq arrive first: it must not move the owner's sequence
+        for i in range(owner_chunks):
+            owner.chunk(valid_chunk(stream=0, seed=100 + i))
+        credited = owner.wait_credit(owner.seq, credit_timeout_s)
+        received = {"anonymous": 0, "wrong_token": 0, "passive": 0}
+        deadline = time.monotonic() + poll_s
+        poller = zmq.Poller()
+        for p in peers:
+            poller.register(p, zmq.POLLIN)
+        names = dict(zip(peers, received, strict=True))
+        while time.monotonic() < deadline:
+            for p, _ in poller.poll(100):
+                p.recv_multipart()
+                received[names[p]] += 1
+        return {"attack": "second-peer", "collector_id": owner.collector_id, "foreign_sent": 2,
+                "owner_last_seq": owner.seq, "owner_credited": owner.credited, "owner_not_stalled": credited,
+                "received_by_other_peers": received, "data_endpoint": owner.endpoint}
+    finally:
+        for p in peers:
+            p.close(linger=0)
+        owner.close()
+
+
+def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None, churn_subs: int = 8) -> dict[str, Any]:
+    """One XSUB sending b'\\x01spam' / b'\\x00spam' as fast as it can, plus `churn_subs` SUB sockets that
+    subscribe and unsubscribe random topics in the same loop, for `seconds`."""
+    xsub = _socket(ctx, zmq.XSUB, curve)
+    xsub.sndhwm = 0
+    xsub.connect(weights)
+    subs = []
+    for _ in range(churn_subs):
+        s = _socket(ctx, zmq.SUB, curve)
+        s.connect(weights)
+        subs.append(s)
+    sent = churned = 0
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            for _ in range(256):
+                try:
+                    xsub.send(b"\x01spam" if sent % 2 == 0 else b"\x00spam", zmq.NOBLOCK)
+                    sent += 1
+                except zmq.Again:
+                    break
+            for i, s in enumerate(subs):
+                topic = b"t%d-%d" % (i, churned % 64)
+                s.setsockopt(zmq.SUBSCRIBE, topic)
+                s.setsockopt(zmq.UNSUBSCRIBE, topic)
+                churned += 2
+        return {"attack": "xpub-spam", "endpoint": weights, "xsub_messages": sent, "sub_churn": churned,
+                "seconds": seconds}
+    finally:
+        xsub.close(linger=0)
+        for s in subs:
+            s.close(linger=0)
+
+
+def forged_summaries(ctx: zmq.Context, connect: str, count: int = 20, curve=None, episode_return: float = 475.0,
+                     length: int = 500) -> dict[str, Any]:
+    """A registered fake collector sends `count` EPISODE_SUMMARY (return 475) and no transitions at all."""
+    fake = FakeCollector(ctx, connect, curve)
+    try:
+        for i in range(count):
+            fake.summary(episode_return, length, stream=i % 4)
+        acknowledged = fake.wait_credit(fake.seq, 30.0)
+        return {"attack": "forged-summary", "collector_id": fake.collector_id, "sent": count,
+                "return": episode_return, "acknowledged": acknowledged}
+    finally:
+        fake.close()
+
+
+def run_attack(name: str, connect: str, count: int | None = None, curve_keys: str | None = None,
+               seconds: float = 10.0, weights: str | None = None, obs_dim: int = 4,
+               ctx: zmq.Context | None = None) -> dict[str, Any]:
+    """Run one attack by its command-line name; returns its result dict."""
+    own = ctx is None
+    ctx = ctx or zmq.Context()
+    curve = _curve(curve_keys)
+    try:
+        if name in CHUNK_ATTACKS:
+            return chunk_attack(ctx, connect, [name], count or 1, curve, obs_dim)
+        if name == "deep-json":
+            return deep_json(ctx, connect, count or 15, curve)
+        if name == "hello-flood":
+            return hello_flood(ctx, connect, count or 2000, curve)
+        if name == "oversize":
+            results = [oversize(connect)]
+            try:  # and a data endpoint: register to learn one (the raw peer still never authenticates)
+                fake = FakeCollector(ctx, connect, curve)
+                fake.close()
+                results.append(oversize(fake.endpoint))
+            except Refused as exc:
+                results.append({"attack": "oversize", "skipped": f"no data endpoint: {exc}"})
+            return {"attack": "oversize", "results": results}
+        if name == "second-peer":
+            return second_peer(ctx, connect, curve)
+        if name == "xpub-spam":
+            return xpub_spam(ctx, weights or weights_endpoint_of(connect), seconds, curve)
+        if name == "forged-summary":
+            return forged_summaries(ctx, connect, count or 20, curve)
+        raise ValueError(f"unknown attack {name!r}; allowed: {', '.join(ATTACKS)}, all")
+    finally:
+        if own:
+            ctx.destroy(linger=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/attack_head.py", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser.add_argument("--connect", required=True, help="the head's control endpoint, e.g. tcp://127.0.0.1:5555")
+    parser.add_argument("--attack", required=True, choices=[*ATTACKS, "all"])
+    parser.add_argument("--count", type=int, help="messages per attack (defaults: chunks 1, deep-json 15, "
+                                                  "hello-flood 2000, forged-summary 20)")
+    parser.add_argument("--curve-keys", help="keys dir from `make keys`: fake collectors authenticate with it")
+    parser.add_argument("--seconds", type=float, default=10.0, help="xpub-spam duration")
+    parser.add_argument("--weights", help="weights endpoint (default: control port + 1)")
+    parser.add_argument("--obs-dim", type=int, default=4, help="float observation size of the head's env")
+    args = parser.parse_args(argv)
+    names = ATTACKS if args.attack == "all" else (args.attack,)
+    for name in names:
+        result = run_attack(name, args.connect, args.count, args.curve_keys, args.seconds, args.weights, args.obs_dim)
+        print(json.dumps(result, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
