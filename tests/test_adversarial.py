@@ -20,6 +20,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,12 +171,17 @@ class LiveHead:
         return code, time.monotonic() - t0
 
     def kill(self) -> None:
+        """Last resort after a failure: the head, its collectors, and the ipc folders a killed head leaves."""
+        was_alive = self.alive()
         kill_tree(self.proc)
         for pid in self.collector_pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if was_alive:
+            for d in self.ipc_dirs:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def ipc_dirs_of(pid: int) -> set[str]:
