@@ -194,7 +194,8 @@ class ConsolidationThread(threading.Thread):
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
         frames = max_chunk_frames if max_chunk_frames is not None else max(2, min(4096, config.replay.capacity // 2))
         self.data_max_msg = data_max_msg_bytes(spec, frames)
-        self.max_abs_reward = float(config.env.max_abs_reward)
+        # summaries carry unscaled returns; env.max_abs_reward bounds the scaled rewards chunks carry
+        self.max_abs_reward = float(config.env.max_abs_reward) / float(config.env.reward_scale)
         self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
         # parked chunks per collector before its socket is left unread: with credits one more than it may have
         # in flight, so a collector that keeps the rule is always read (its heartbeats too)
