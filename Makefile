@@ -42,14 +42,14 @@ test-env: install
 	$(VPY) -m pytest -m envonly $(ENV_TESTS) $(PYTEST_ARGS)
 
 run: install
-	$(VPY) -m learner $(ARGS)
+	$(VPY) -m launcher $(ARGS)
 
 bench: install
-	$(VPY) -m learner.bench $(BENCH_ARGS)
+	$(VPY) -m bench $(BENCH_ARGS)
 
 eval: install
 	@test -n "$(CHECKPOINT)" || { echo "usage: make eval CHECKPOINT=runs/<run>" >&2; exit 2; }
-	$(VPY) -m learner.evaluate $(CHECKPOINT) $(ARGS)
+	$(VPY) -m evaluate $(CHECKPOINT) $(ARGS)
 
 lint: install
 	$(VPY) -m ruff check .

@@ -1,4 +1,4 @@
-"""Transport and collector benchmarks (functions returning dicts; `learner.bench` calls them).
+"""Transport and collector benchmarks (functions returning dicts; `bench.driver` calls them).
 
 - transport_tps: transitions/s of 84x84 uint8 chunks (128 transitions each) from a sender
   process through one DEALER->DEALER data socket (as collectors use), with the full encode -> decode + validate path.
@@ -223,7 +223,7 @@ def _mario_available() -> bool:
 
 
 def run_transport_bench(quick: bool = True) -> dict[str, Any]:
-    """All figures `learner.bench` expects: transport_tps, mpqueue_transport_tps, collector_overhead_frac."""
+    """All figures `bench.driver` expects: transport_tps, mpqueue_transport_tps, collector_overhead_frac."""
     seconds = 2.0 if quick else 6.0
     ipc = transport_tps("ipc", seconds)
     tcp = transport_tps("tcp", seconds)

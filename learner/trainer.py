@@ -42,7 +42,7 @@ import torch
 
 from learner import checkpoint as ckpt
 from learner.dqn import clip_gradients, dqn_loss, make_optimizer, sync_target
-from learner.metrics import UpdateMeter
+from learner.metering import UpdateMeter
 from learner.precision import resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
 from replay.rate_limiter import RateLimiter

@@ -1,4 +1,4 @@
-"""Attack a running head (`python -m learner`) the way a hostile or broken peer would.
+"""Attack a running head (`python -m launcher`) the way a hostile or broken peer would.
 
 Each attack is a function returning a dict of what it sent and what came back, so
 tests/test_adversarial.py imports them, and a person can replay any of them by hand:

@@ -3,7 +3,7 @@
 Why: "learning works through the whole system" is only convincing next to a known baseline, run in
 the same sitting on the same machine. Both runs are timed from the moment we launch their process
 (interpreter and torch start-up included) to the first point where the mean return of the last 20
-episodes is >= 475. The system is the real head (`python -m learner --env CartPole-v1`, collectors,
+episodes is >= 475. The system is the real head (`python -m launcher --env CartPole-v1`, collectors,
 ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole preset of config_optimized.py.
 The head stops itself once solved (`--target-return 475`); we read its metrics.jsonl.
 
@@ -73,7 +73,7 @@ def run_system(seed: int, overrides: list[str] | None = None, max_env_steps: int
                stop_on_solve: bool = True, run_dir: Path | None = None, log_interval: float = 1.0) -> dict[str, Any]:
     """Run the real head on CartPole; return steps and wall time (from launch) to mean-20 >= 475."""
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"cartpole-race-s{seed}-"))
-    args = [sys.executable, "-m", "learner", "--env", "CartPole-v1", "--profile", "cpu", "--seed", str(seed),
+    args = [sys.executable, "-m", "launcher", "--env", "CartPole-v1", "--profile", "cpu", "--seed", str(seed),
             "--max-env-steps", str(max_env_steps), "--log-interval", str(log_interval), "--run-dir", str(run_dir),
             "--set", "transport.port=0"]
     if stop_on_solve:

@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from learner.bench_baselines import run_emulator_ceiling  # noqa: E402
+from bench.baselines import run_emulator_ceiling  # noqa: E402
 from shared.config import EnvConfig  # noqa: E402
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from learner.cli import parse_args  # noqa: E402
-from learner.head import Head, StopAt  # noqa: E402
+from launcher.cli import parse_args  # noqa: E402
+from launcher.head import Head, StopAt  # noqa: E402
 
 
 def per_slot(stats) -> dict[int, int]:

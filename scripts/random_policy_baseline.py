@@ -1,7 +1,7 @@
 """Play a uniformly random policy and write its mean x_pos / return as JSON: the "chance" line.
 
 Why: a learning curve means little without the level a policy that knows nothing reaches on
-the same env (same id, action set, frame skip, episode rules). `learner.evaluate` picks up a
+the same env (same id, action set, frame skip, episode rules). `evaluate.evaluate` picks up a
 docs/random_policy_*.json recorded on the run's env and draws it on the learning curve.
 
     .venv/bin/python scripts/random_policy_baseline.py --episodes 20 --out docs/random_policy_1-1.json
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from learner.evaluate import play_episode, summarize  # noqa: E402
+from evaluate.evaluate import play_episode, summarize  # noqa: E402
 from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, EnvConfig  # noqa: E402
 from shared.env_factory import make_env  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Helpers for tests that run the real head (`python -m learner`) as a subprocess."""
+"""Helpers for tests that run the real head (`python -m launcher`) as a subprocess."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def start_head(args: list[str], log_path: Path) -> subprocess.Popen:
     """Start the head in its own session so a test can signal it like a terminal would."""
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child
     try:
-        return subprocess.Popen([sys.executable, "-m", "learner", *args], cwd=ROOT, env=head_env(),
+        return subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=ROOT, env=head_env(),
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     finally:

@@ -1,4 +1,4 @@
-"""A live head under attack: `python -m learner` as a subprocess, attacked over 127.0.0.1.
+"""A live head under attack: `python -m launcher` as a subprocess, attacked over 127.0.0.1.
 
 The attacks come from scripts/attack_head.py (a person can replay each one by hand against `make run`).
 For each attack: the head stays alive and keeps training (env steps and updates grow in metrics.jsonl),
@@ -66,7 +66,7 @@ def free_port_pair() -> int:
 
 
 class LiveHead:
-    """`python -m learner` in its own session, with the helpers the attacks are judged by."""
+    """`python -m launcher` in its own session, with the helpers the attacks are judged by."""
 
     def __init__(self, tmp: Path, args: list[str], nofile: tuple[int, int | None] | None = None, name: str = "head") -> None:
         self.port = free_port_pair()
@@ -74,7 +74,7 @@ class LiveHead:
         self.weights = f"tcp://127.0.0.1:{self.port + 1}"
         self.run_dir = tmp / f"{name}-run"
         self.out = tmp / f"{name}.out"
-        argv = [sys.executable, "-m", "learner", *args, "--port", str(self.port), "--run-dir", str(self.run_dir)]
+        argv = [sys.executable, "-m", "launcher", *args, "--port", str(self.port), "--run-dir", str(self.run_dir)]
 
         def limit_files() -> None:  # in the child, before exec: (soft, hard), None = keep; never above the hard limit
             if nofile is not None:

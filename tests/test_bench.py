@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from learner import bench
-from learner.bench_report import HEADLINE_KEYS, assemble_report, format_table, machine_facts, write_report
+from bench import driver as bench
+from bench.report import HEADLINE_KEYS, assemble_report, format_table, machine_facts, write_report
 
 ALL_SKIPPED = [a for part in bench.PARTS for a in ("--skip", part)]
 
@@ -68,7 +68,7 @@ def test_machine_facts_name_the_machine_and_versions():
     assert "gpu" in facts and "cpu_model" in facts and facts["memory_bytes"]
     for dist in ("torch", "numpy", "nes-py", "gym-super-mario-bros"):
         assert dist in facts["versions"]
-    assert facts["python"] and facts["command"].endswith("-m learner.bench --quick")
+    assert facts["python"] and facts["command"].endswith("-m bench.driver --quick")
 
 
 def test_everything_skipped_still_writes_a_complete_report(tmp_path, capsys):
@@ -114,7 +114,7 @@ def test_pipeline_figures_are_steady_rates_from_the_head(monkeypatch, tmp_path):
         print("[PROGRESS] this goes to the log file, not the table")
         return {"env_steps": 999, "elapsed_s": 7.0, "env_steps_per_s": 1.0, "updates": 3, "updates_per_s": 3.0}
 
-    _fake_module(monkeypatch, "learner.head", run_training=run_training)
+    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     out = tmp_path / "latest.json"
     args = ["--skip", "ceiling", "--skip", "naive", "--skip", "components", "--quick", "--collectors", "2", "--seconds", "0.5"]
     assert bench.main([*args, "--out", str(out)]) == 0
@@ -145,8 +145,8 @@ def test_ceiling_brackets_the_pipeline_and_the_headline_is_the_mean(monkeypatch,
         (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return {"env_steps": 600, "elapsed_s": 3.0, "env_steps_per_s": 200.0, "updates": 0, "updates_per_s": 0.0}
 
-    _fake_module(monkeypatch, "learner.bench_baselines", run_emulator_ceiling=run_emulator_ceiling)
-    _fake_module(monkeypatch, "learner.head", run_training=run_training)
+    _fake_module(monkeypatch, "bench.baselines", run_emulator_ceiling=run_emulator_ceiling)
+    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     data = _run(monkeypatch, tmp_path, "--quick", "--seconds", "0.5",
                 *[a for p in ("naive", "components", "sweep") for a in ("--skip", p)])
     assert order == ["ceiling", "drain", "train", "ceiling"]
@@ -157,10 +157,10 @@ def test_ceiling_brackets_the_pipeline_and_the_headline_is_the_mean(monkeypatch,
 
 
 def test_pipeline_without_steady_window_is_null_not_startup_diluted(monkeypatch, tmp_path):
-    def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True):
+    def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True, stop_event=None):
         return {"env_steps": 0, "elapsed_s": 14.0, "env_steps_per_s": 0.0, "updates": 0, "updates_per_s": 0.0}
 
-    _fake_module(monkeypatch, "learner.head", run_training=run_training)
+    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     data = _run(monkeypatch, tmp_path, *[a for p in ("ceiling", "naive", "components", "sweep") for a in ("--skip", p)])
     assert data["pipeline_sps"] is None and "no steady-state window" in data["errors"]["pipeline_sps"]
     assert data["details"]["pipeline"]["env_steps_per_s"] == 0.0
@@ -195,7 +195,7 @@ def test_pipeline_failure_is_an_explicit_error(monkeypatch, tmp_path):
     def run_training(*args, **kwargs):
         raise RuntimeError("head exploded")
 
-    _fake_module(monkeypatch, "learner.head", run_training=run_training)
+    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     data = _run(monkeypatch, tmp_path, *[a for p in ("ceiling", "naive", "components", "sweep") for a in ("--skip", p)])
     assert data["pipeline_sps"] is None and "head exploded" in data["errors"]["pipeline_sps"]
     assert "head exploded" in data["details"]["pipeline"]["error"]
@@ -215,7 +215,7 @@ def test_components_are_wired_and_absences_explained(monkeypatch, tmp_path):
 
 
 def test_mario_action_masks_are_the_joypad_bitmasks():
-    from learner.bench_baselines import mario_action_masks
+    from bench.baselines import mario_action_masks
 
     assert mario_action_masks("right_only") == [0, 128, 129, 130, 131]
     assert mario_action_masks("simple") == [0, 128, 129, 130, 131, 1, 64]

@@ -1,6 +1,6 @@
-"""The package boundary of the design: collectors never import the head's code, and the head never
-imports the collectors' (so a collector machine needs only actors/ + shared/, and each side can
-change alone). Checked on the source's import statements, lazy imports inside functions included."""
+"""The package boundary of the design: collectors never import the head's code, the learner never
+imports the collectors' or the launcher's, and the replay knows only shared/ (so a collector machine
+needs only actors/ + shared/, and each room can change alone). Checked on the source's import statements, lazy imports inside functions included."""
 
 import ast
 from pathlib import Path
@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN = {"actors": {"learner", "replay"}, "learner": {"actors"}, "replay": {"actors"}, "shared": {"actors", "learner", "replay"}}
+HEAD_SIDE = {"learner", "replay", "launcher", "bench", "evaluate"}
+FORBIDDEN = {
+    "actors": HEAD_SIDE,  # a collector machine needs only actors/ + shared/
+    "shared": HEAD_SIDE | {"actors"},  # what both sides import imports neither
+    "learner": {"actors", "launcher", "bench", "evaluate"},  # training only: no process wiring, no tools
+    "replay": {"actors", "learner", "launcher", "bench", "evaluate"},  # the data plane knows only shared/
+    "evaluate": {"actors", "launcher", "bench"},  # reads checkpoints (learner/) and plays envs (shared/)
+    # launcher/ wires everything; it imports actors/ only for the in-process mode (collectors as threads)
+    "launcher": {"bench", "evaluate"},
+}
 
 pytestmark = pytest.mark.envonly
 

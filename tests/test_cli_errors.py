@@ -1,8 +1,8 @@
-"""Every bad input to the head's command line (`python -m learner ...`, i.e. `make run ARGS=...`) ends in one
+"""Every bad input to the head's command line (`python -m launcher ...`, i.e. `make run ARGS=...`) ends in one
 `error: ...` line on stderr and exit status 2, never a traceback, and is refused before the head makes anything:
 no run dir, no ipc temp dir (/tmp/mapx-*, mario-apex-*), no replay, no socket, no collector process.
 
-Each case runs in-process through `learner.__main__.main` (fast); a subset runs as a real subprocess too, to
+Each case runs in-process through `launcher.__main__.main` (fast); a subset runs as a real subprocess too, to
 prove the exit status, the single stderr line and an empty TMPDIR for the child.
 """
 
@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from launcher.__main__ import main
 
 from config_optimized import load_profile
-from learner.__main__ import main
-from learner.cli import parse_args
+from launcher.cli import parse_args
 from shared.config import (
     COLLECTOR_NETWORK_COPIES,
     LEARNER_NETWORK_COPIES,
@@ -32,7 +32,7 @@ from shared.config import (
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
-TEMP_PREFIXES = ("mapx-", "mario-apex-")  # learner/head.py _short_tmpdir, replay/consolidation.py
+TEMP_PREFIXES = ("mapx-", "mario-apex-")  # launcher/head.py _short_tmpdir, replay/consolidation.py
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_corrupt_checkpoint_exits_2_and_leaves_no_temp_dirs(files, tmp_path):
 
 
 # Imported at the child's start (PYTHONPATH): records every tempfile.mkdtemp the child makes, wherever it
-# puts it (learner/head.py writes /tmp/mapx-* whatever TMPDIR says), so tests running at the same time, with
+# puts it (launcher/head.py writes /tmp/mapx-* whatever TMPDIR says), so tests running at the same time, with
 # heads of their own, cannot be mistaken for this child's leftovers.
 _RECORDER = """
 import os, tempfile
@@ -208,7 +208,7 @@ tempfile.mkdtemp = _recording_mkdtemp
 
 
 def _run_head(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run `python -m learner ARGV` with its own TMPDIR; return the process and the ipc temp dirs it left."""
+    """Run `python -m launcher ARGV` with its own TMPDIR; return the process and the ipc temp dirs it left."""
     child_tmp = tmp_path / "child-tmp"
     child_tmp.mkdir(exist_ok=True)
     hook = tmp_path / "hook"
@@ -217,7 +217,7 @@ def _run_head(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProc
     made = tmp_path / "mkdtemp.log"
     path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, TMPDIR=str(child_tmp), PYTHONPATH=path, MAPX_TEST_MKDTEMP_LOG=str(made))
-    proc = subprocess.run([sys.executable, "-m", "learner", *argv], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     recorded = made.read_text().split() if made.exists() else []
     leftovers = [p for p in recorded if Path(p).name.startswith(TEMP_PREFIXES) and Path(p).exists()]
@@ -229,7 +229,7 @@ def test_unwritable_run_dir(tmp_path, capsys, monkeypatch):
     parent = tmp_path / "ro"
     parent.mkdir()
     real_access = os.access
-    monkeypatch.setattr("learner.cli.os.access", lambda p, mode: False if Path(p) == parent else real_access(p, mode))
+    monkeypatch.setattr("launcher.cli.os.access", lambda p, mode: False if Path(p) == parent else real_access(p, mode))
     code = main([*BASE, "--run-dir", str(parent / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == f"error: --run-dir {parent / 'run'} is invalid: {parent} is not writable"
@@ -246,7 +246,7 @@ def test_unwritable_run_dir_for_real(tmp_path, capsys):
 def test_resolve_device_raises_config_error():
     if not _no_cuda():
         pytest.skip("this machine has a CUDA device")
-    from learner.head import resolve_device
+    from launcher.head import resolve_device
 
     with pytest.raises(ConfigError, match="learner.device='cuda'"):
         resolve_device("cuda")
@@ -321,9 +321,8 @@ def test_non_finite_floats_fail(field, value):
 def test_bind_error_in_the_head_names_what_failed(code, advice, tmp_path, monkeypatch, caplog):
     """A bind that fails inside the head (a port taken after the CLI's probe, ...) is one ERROR line; only a
     port clash gets the "another head?" advice, anything else shows zmq's own error and the endpoint."""
+    import launcher.__main__ as entry
     import zmq
-
-    import learner.__main__ as entry
 
     class FailingHead:
         def __init__(self, *args, **kwargs):
@@ -333,7 +332,7 @@ def test_bind_error_in_the_head_names_what_failed(code, advice, tmp_path, monkey
 
     monkeypatch.setattr(entry, "_setup_logging", lambda run_dir: None)  # keep the test process's logging as is
     monkeypatch.setattr(entry.signal, "signal", lambda *args: None)
-    monkeypatch.setattr("learner.head.Head", FailingHead)
+    monkeypatch.setattr("launcher.head.Head", FailingHead)
     with caplog.at_level("ERROR", logger="mario_apex"):
         assert main([*BASE, "--port", "0", "--run-dir", str(tmp_path / "run")]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]

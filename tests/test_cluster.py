@@ -1,6 +1,6 @@
 """The cluster end to end: real head, real collector processes, real sockets, real torch.
 
-These run `python -m learner` exactly as `make run ARGS=...` does, then check what a user would:
+These run `python -m launcher` exactly as `make run ARGS=...` does, then check what a user would:
 exit status, metrics growing, a checkpoint, restart after faults, and no process left behind.
 """
 

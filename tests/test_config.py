@@ -15,7 +15,7 @@ from config_optimized import (
     load_config,
     load_profile,
 )
-from learner.cli import parse_args
+from launcher.cli import parse_args
 from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, estimate_replay_bytes
 
 pytestmark = pytest.mark.envonly  # no torch needed: also runs under Python 3.13

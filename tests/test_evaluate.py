@@ -1,4 +1,4 @@
-"""learner.evaluate (`make eval`), learner.plots, learner.video and scripts/random_policy_baseline.py.
+"""evaluate.evaluate (`make eval`), evaluate.plots, evaluate.video and scripts/random_policy_baseline.py.
 
 Checkpoints come from a real `Learner.save_checkpoint` over a fake replay (no cluster run): the
 counting env (84x84 uint8 frames) keeps the fast tests fast, the Mario test (slow) plays a fresh
@@ -18,10 +18,10 @@ import pytest
 import torch
 from PIL import Image
 
-from learner.evaluate import find_baseline
-from learner.evaluate import main as evaluate_main
-from learner.plots import plot_learning_curve, read_metrics
-from learner.video import FrameRecorder, to_rgb, write_gif
+from evaluate.evaluate import find_baseline
+from evaluate.evaluate import main as evaluate_main
+from evaluate.plots import plot_learning_curve, read_metrics
+from evaluate.video import FrameRecorder, to_rgb, write_gif
 from shared.config import Config, EnvConfig
 from shared.fake_env import COUNTING_ENV_ID
 from tests.cluster_helpers import ROOT, head_env
@@ -68,7 +68,7 @@ def _gif_frames(path: Path) -> tuple[int, tuple[int, int], str]:
 # ---------------------------------------------------------------------- CLI end to end
 def test_cli_writes_json_gif_and_png(counting_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "eval"
-    proc = subprocess.run([sys.executable, "-m", "learner.evaluate", str(counting_run), "--episodes", "2",
+    proc = subprocess.run([sys.executable, "-m", "evaluate.evaluate", str(counting_run), "--episodes", "2",
                            "--epsilon", "0.3", "--out", str(out)], cwd=ROOT, env=head_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -110,7 +110,7 @@ def test_corrupt_checkpoint_exits_2_naming_the_file(counting_run: Path, tmp_path
     shutil.copytree(counting_run, run, ignore=shutil.ignore_patterns("eval"))
     model = run / "checkpoint" / "model.pt"
     model.write_bytes(model.read_bytes()[:100])
-    proc = subprocess.run([sys.executable, "-m", "learner.evaluate", str(run)], cwd=ROOT, env=head_env(),
+    proc = subprocess.run([sys.executable, "-m", "evaluate.evaluate", str(run)], cwd=ROOT, env=head_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert str(model) in proc.stderr and "truncated" in proc.stderr
@@ -201,7 +201,7 @@ def test_mario_fresh_network_real_frames_gif(tmp_path: Path) -> None:
     # 1-1, simple (7 actions), 84x84 x4; greedy = "right" so Mario visibly moves
     run = _make_run(tmp_path / "run", EnvConfig(), num_actions=7, favor_action=1)
     out = tmp_path / "eval"
-    proc = subprocess.run([sys.executable, "-m", "learner.evaluate", str(run), "--episodes", "2",
+    proc = subprocess.run([sys.executable, "-m", "evaluate.evaluate", str(run), "--episodes", "2",
                            "--epsilon", "0.2", "--max-steps", "200", "--out", str(out)],
                           cwd=ROOT, env=head_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-import learner.head as head_module
-from learner.head import Head, StopAt
+import launcher.head as head_module
+from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from tests.cluster_helpers import ROOT, head_env
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from learner.cli import parse_args
-from learner.head import Head, StopAt
+from launcher.cli import parse_args
+from launcher.head import Head, StopAt
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
-from learner.head import Head, StopAt
+from launcher.head import Head, StopAt
 from shared.config import (
     CollectorConfig,
     Config,

@@ -1,10 +1,10 @@
-"""Smoke test of the learner benchmark plumbing (the full run is `python -m learner.learner_bench`)."""
+"""Smoke test of the learner benchmark plumbing (the full run is `python -m bench.learner`)."""
 
 from __future__ import annotations
 
 import torch
 
-from learner.learner_bench import NUM_ACTIONS, OBS_SHAPE, STACK, RandomReplay, _measure
+from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, RandomReplay, _measure
 from shared.config import Config, LearnerConfig
 
 

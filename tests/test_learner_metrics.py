@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from learner.metrics import REQUIRED_KEYS, MetricsLogger, format_main_line
+from launcher.metrics import REQUIRED_KEYS, MetricsLogger, format_main_line
 
 
 def test_main_line_format() -> None:
@@ -57,7 +57,7 @@ def test_tensorboard_scalars_written(tmp_path) -> None:
 def test_update_meter_windows_and_caching() -> None:
     import torch
 
-    from learner.metrics import UpdateMeter
+    from learner.metering import UpdateMeter
 
     now = [0.0]
     meter = UpdateMeter("cpu", window_s=10.0, min_period_s=0.5, clock=lambda: now[0])

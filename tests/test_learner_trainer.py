@@ -145,7 +145,7 @@ def test_vector_observations_train() -> None:
 @pytest.mark.parametrize("storage", ["cpu", "cuda"])
 def test_cuda_learner_pinned_and_device_storage(storage: str) -> None:
     """CUDA: CPU storage goes through pinned buffers + side-stream copies; GPU storage is used as is."""
-    from learner.learner_bench import NUM_ACTIONS, OBS_SHAPE, STACK, RandomReplay
+    from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, RandomReplay
     from learner.trainer import Learner
 
     replay = RandomReplay(storage)

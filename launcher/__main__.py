@@ -1,4 +1,4 @@
-"""`python -m learner` (what `make run` calls): start a training cluster on this machine.
+"""`python -m launcher` (what `make run` calls): start a training cluster on this machine.
 
 First SIGINT/SIGTERM: stop collectors, write the checkpoint, close everything, exit 0.
 Second SIGINT: kill the local collectors and exit at once (status 130).
@@ -19,7 +19,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
-from learner.cli import parse_args  # noqa: E402
+from launcher.cli import parse_args  # noqa: E402
 from shared.config import ConfigError  # noqa: E402
 
 log = logging.getLogger("mario_apex")
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # checked in parse_args; this is the race or the case os.access cannot see
         print(f"error: --run-dir {opts.run_dir}: cannot write there: {_one_line(exc)}", file=sys.stderr)
         return 2
+    from launcher.head import Head, StopAt
     from learner.checkpoint import CheckpointError
-    from learner.head import Head, StopAt
 
     stop = threading.Event()
     head_box: list[Head] = []

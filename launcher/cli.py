@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (`error: ...`, status 2) instead of usage + error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message} (see python -m learner --help)\n")
+        self.exit(2, f"error: {message} (see python -m launcher --help)\n")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RunOptions:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m learner",
+        prog="python -m launcher",
         description="Train Mario Ape-X: the head binds the sockets, runs replay and learner, and starts collectors.",
     )
     parser.add_argument("--profile", default="auto", choices=sorted(PROFILES), help="hardware profile (config_optimized.py)")
@@ -144,7 +144,7 @@ def check_runtime(cfg: Config, resume: Path | None = None) -> None:
 
         load_server(cfg.transport.curve_keys_dir)  # presence of every file and that each parses
     if cfg.learner.device == "cuda":
-        from learner.head import resolve_device  # torch: only when a GPU is demanded
+        from launcher.head import resolve_device  # torch: only when a GPU is demanded
 
         resolve_device(cfg.learner.device)
     if resume is not None:

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 import zmq
 
+from launcher.metrics import MetricsLogger
+from launcher.progress import ProgressTracker
+from launcher.supervisor import CollectorSupervisor, ThreadCollectors
 from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
-from learner.metrics import MetricsLogger
-from learner.progress import ProgressTracker
-from learner.supervisor import CollectorSupervisor, ThreadCollectors
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from replay.consolidation import MAX_SOCKETS, ConsolidationThread

@@ -5,8 +5,8 @@ the same machine under the same load, so this runs them back to back instead of 
 files. Every figure is measured here; a part that fails or is skipped leaves its figures null
 with the reason in report["errors"], and the rest of the report is still written.
 
-    python -m learner.bench --quick                 # < 3 min on an otherwise idle 2-core box
-    python -m learner.bench --skip sweep --markdown # table for BENCHMARKS.md
+    python -m bench.driver --quick                 # < 3 min on an otherwise idle 2-core box
+    python -m bench.driver --skip sweep --markdown # table for BENCHMARKS.md
 
 The ceiling is measured before and again after the pipeline phases (Bench.ceiling_after): the
 headline is their mean, so drift of the machine's speed cancels in pipeline_efficiency.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import inspect
 import json
 import os
 import random
@@ -35,7 +34,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported anywhere in this tree
 
-from learner.bench_report import assemble_report, format_table, machine_facts, write_report  # noqa: E402
+from bench.report import assemble_report, format_table, machine_facts, write_report  # noqa: E402
 from shared.config import Config, ConfigError  # noqa: E402
 
 PARTS = ("ceiling", "naive", "pipeline", "components", "sweep")
@@ -57,12 +56,12 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         (("actors.bench", "run_transport_bench"),),
         ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
     ),
-    "learner": ((("learner.learner_bench", "run_learner_bench"),), ("learner_updates_per_s",)),
+    "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s",)),
 }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m learner.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.driver", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"{QUICK_SECONDS:g} s phases, sweep {QUICK_SWEEP}: under 3 min")
     p.add_argument("--collectors", type=int, default=None, help="collector processes (default: the profile's)")
     p.add_argument("--envs-per-collector", type=int, default=None, help="K envs per collector (default: profile's)")
@@ -138,7 +137,7 @@ class Bench:
     # ------------------------------------------------------------------ parts
     def ceiling(self, counts: list[int]) -> None:
         """All collector counts from one worker group (one start-up); the project env at the main count."""
-        from learner.bench_baselines import run_emulator_ceiling
+        from bench.baselines import run_emulator_ceiling
 
         main_n = self.cfg.collectors.count
         res = self.attempt("ceiling", ("emulator_ceiling_sps", "project_env_sps"), lambda: run_emulator_ceiling(
@@ -162,7 +161,7 @@ class Bench:
         pipeline phases brackets them, so slow drift cancels in pipeline_sps / ceiling; both
         readings and their ratio stay in details["ceiling_after"].
         """
-        from learner.bench_baselines import run_emulator_ceiling
+        from bench.baselines import run_emulator_ceiling
 
         before = self._ceiling_by_n.get(n)
         if before is None:
@@ -180,7 +179,7 @@ class Bench:
 
     def naive(self) -> None:
         """Drain then train on one collector group: separates transport cost from learner cost."""
-        from learner.bench_baselines import run_naive_pipeline
+        from bench.baselines import run_naive_pipeline
 
         res = self.attempt("naive", ("naive_drain_sps", "naive_pipeline_sps"),
                            lambda: run_naive_pipeline(self.cfg, self.seconds, ("drain", "train"), BENCH_WARMUP))
@@ -210,16 +209,15 @@ class Bench:
         run_dir = self.run_root / label
 
         def call() -> dict[str, Any]:
-            from learner.head import run_training
+            from launcher.head import run_training
 
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log_path = run_dir.parent / f"{label}.stdout.log"
             stop, done = threading.Event(), threading.Event()
-            kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train}
-            if "stop_event" in inspect.signature(run_training).parameters:
-                kwargs["stop_event"] = stop
-                threading.Thread(target=_stop_after_first_data, daemon=True, name="bench-watch",
-                                 args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done)).start()
+            kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train,
+                                      "stop_event": stop}
+            threading.Thread(target=_stop_after_first_data, daemon=True, name="bench-watch",
+                             args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done)).start()
             try:
                 with open(log_path, "w") as log, contextlib.redirect_stdout(log):  # progress lines would bury the table
                     res = run_training(cfg, str(run_dir), **kwargs)

@@ -15,7 +15,7 @@ Modes (key ``learner_updates_per_s`` maps mode -> updates/s):
   *_gpustore (CUDA)            frames already on the GPU: no host->device copy
 Also: data_wait_frac per mode, compile_s, forward_ms_b2048 (no-grad forward, 2048 stacks).
 
-    python -m learner.learner_bench [--quick] [--device cpu|cuda] [--out bench.json]
+    python -m bench.learner [--quick] [--device cpu|cuda] [--out bench.json]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m learner.evaluate RUN_OR_CHECKPOINT_DIR`: greedy episodes from a checkpoint, as evidence.
+"""`python -m evaluate.evaluate RUN_OR_CHECKPOINT_DIR`: greedy episodes from a checkpoint, as evidence.
 
 Why a separate player: training metrics mix 16 collectors with different epsilons; this plays
 the learner's online network (epsilon 0 unless --epsilon) on an env built from the run's own
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from learner.video import GRAY_UPSCALE, FrameRecorder, to_rgb, write_gif, write_mp4
+from evaluate.video import GRAY_UPSCALE, FrameRecorder, to_rgb, write_gif, write_mp4
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_VIDEO_FRAMES = 400  # per episode; the stride doubles beyond this (memory stays ~75 MB for Mario RGB)
@@ -211,7 +211,7 @@ def _make_env(env_cfg: Any) -> Any:
 
 # ---------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m learner.evaluate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m evaluate.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("path", type=Path, help="run dir (runs/<run>) or its checkpoint/ dir")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
     p.add_argument("--epsilon", type=float, default=0.0, help="random-action probability (default 0: greedy)")
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                               "mean_return": baseline[0].get("mean_return")}
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
-        from learner.plots import plot_learning_curve
+        from evaluate.plots import plot_learning_curve
 
         try:
             png = plot_learning_curve(metrics, out / "learning_curve.png", baseline[0] if baseline else None,

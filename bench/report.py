@@ -90,7 +90,7 @@ def machine_facts(argv: list[str] | None = None) -> dict[str, Any]:
         "versions": {name: _version(name) for name in _PACKAGES},
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # other load skews ratios
-        "command": shlex.join([sys.executable, "-m", "learner.bench", *(sys.argv[1:] if argv is None else argv)]),
+        "command": shlex.join([sys.executable, "-m", "bench.driver", *(sys.argv[1:] if argv is None else argv)]),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     return facts
