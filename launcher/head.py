@@ -27,12 +27,13 @@ import zmq
 
 from launcher.metrics import MetricsLogger
 from launcher.progress import ProgressTracker
+from launcher.registration import MAX_SOCKETS, Registrar
 from launcher.supervisor import CollectorSupervisor, ThreadCollectors
 from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
-from replay.consolidation import MAX_SOCKETS, ConsolidationThread
+from replay.consolidation import ConsolidationThread
 from replay.rate_limiter import RateLimiter
 from shared.config import Config
 from shared.env_factory import env_spec_of
@@ -114,16 +115,17 @@ class Head:
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
-        self.consolidation = ConsolidationThread(
-            cfg, self.replay, ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
-                                  max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs),
-            {"local": local_weights, "remote": remote_weights,
-             **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
-            latest_weight_version=lambda: self.publisher.version, context=self.ctx,
-            num_collectors=max(1, cfg.collectors.count),
+        spec = ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
+                       max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs)
+        registrar = Registrar(
+            cfg, spec, {"local": local_weights, "remote": remote_weights,
+                        **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
+            self.ctx, num_collectors=max(1, cfg.collectors.count),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
-            gate=self.limiter,
         )
+        self._parts.append(registrar)
+        self.consolidation = ConsolidationThread(cfg, self.replay, spec, registrar,
+                                                 latest_weight_version=lambda: self.publisher.version, gate=self.limiter)
         self._parts.append(self.consolidation)
         self.consolidation.start()
         if self.inprocess:

@@ -1,23 +1,21 @@
-"""The head's consolidation thread: registration, per-collector data sockets, replay writes.
+"""The head's consolidation thread: the data plane from collectors' sockets into the replay.
 
-It is the replay's only writer. Every message is decoded and validated before anything touches
-the buffer; a bad one is counted under its reason (logged once per reason) and dropped; nothing
-raises out of the thread, and nothing a peer sends can make it allocate without bound:
+It is the replay's only writer and owns every socket it polls: the control socket and each
+collector's data socket, both made by the launcher's registration (passed in as
+`registrations`; launcher/registration.py decides who may register and binds the sockets).
+Every message is decoded and validated before anything touches the buffer; a bad one is counted
+under its reason (logged once per reason) and dropped; nothing raises out of the thread:
 
-- every receiving socket has `MAXMSGSIZE` (derived from the run's geometry), so an oversized
-  frame is refused by ZeroMQ before it is buffered, with or without CURVE;
-- registrations are capped below the context's socket limit and the open-file limit (libzmq aborts
-  the process on EMFILE), refused with a clear WELCOME
-  past the cap, and reclaimed (socket, state, cached WELCOME) on BYE, when their process is
-  replaced, or after `transport.head_timeout_s` of silence;
-- each collector gets its own ROUTER data socket and a secret routing id (`token`) in its
-  WELCOME; messages from any other peer on that socket are rejected as `foreign_peer` and never
-  touch the owner's sequence numbers or credits.
+- each collector's ROUTER accepts only its owner's routing id (the WELCOME's `token`); any other
+  peer's messages are rejected as `foreign_peer` and never touch the owner's sequence or credits;
+- registrations are reclaimed (socket, state, cached WELCOME) on BYE, when the supervisor says
+  their process was replaced, or after `transport.head_timeout_s` in which the head was ready to
+  read and heard nothing.
 
-Data plane: chunks read from a collector are parked in its bounded `pending` queue and written
-to the replay in least-recently-served order while the insert gate (`gate`, the replay's rate limiter:
-`max_insert_lead`) allows, so a gate that opens briefly serves every collector in turn. A
-collector whose chunks are parked is waiting for the head, never "stalled". With
+Chunks read from a collector are parked in its bounded `pending` queue and written to the
+replay in least-recently-served order while the insert gate (`gate`, the replay's rate limiter:
+`learner.max_insert_lead`) allows, so a gate that opens briefly serves every collector in turn.
+A collector whose chunks are parked is waiting for the head, never "stalled". With
 transport.max_chunks_in_flight the socket carries CREDIT back once chunks are written (or
 rejected), so a collector never has more than that many chunks unacknowledged.
 """
@@ -26,11 +24,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import secrets
-import shutil
-import socket as pysocket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -44,38 +37,25 @@ from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.exploration import annealed_epsilon
-from shared.keys import CurveServer, load_server, start_authenticator
 from shared.protocol import (
     BYE,
     CREDIT,
     EPISODE_SUMMARY,
-    HEADER_SIZE,
     HEARTBEAT,
-    HELLO,
     TRANSITION_CHUNK,
-    WELCOME,
     EpisodeSummary,
     ObsSpec,
     ProtocolError,
     decode,
     decode_header,
-    encode_json,
     encode_simple,
     send_parts,
-    validate_hello,
 )
 
 log = logging.getLogger(__name__)
 DRAIN_PER_SOCKET = 64  # messages read from one collector per poll round (fairness)
-MAX_OPEN_COLLECTORS = 1024  # live registrations; each costs a socket (the context gets room for them)
-SOCKETS_RESERVED = 64  # the head's other sockets (control, weights, authenticator, wake pipes)
-MAX_SOCKETS = MAX_OPEN_COLLECTORS + SOCKETS_RESERVED  # set on the head's zmq.Context before any socket
-CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
-WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
 RECLAIM_EVERY_S = 0.5
-FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener, its owner's connection
-FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
 
 
 class _AlwaysOpen:
@@ -86,62 +66,25 @@ class _AlwaysOpen:
 ALWAYS_OPEN: InsertGate = _AlwaysOpen()  # no insert-side limit (Ape-X: collectors never wait)
 
 
+class Registrations(Protocol):
+    """Registration (launcher/registration.py): the control socket this thread polls, and the data
+    sockets it binds for new collectors. Called from this thread only."""
+
+    control: zmq.Socket
+    control_endpoint: str
+    hostname: str
+
+    def drain(self, open_count: int, reject: Callable[[str, str], None]) -> list[CollectorState]: ...
+    def release(self, state: CollectorState) -> None: ...
+    def close(self) -> None: ...
+
+
 class ReplaySink(Protocol):
     def add_chunk(self, chunk: TransitionChunk) -> int: ...
     def __len__(self) -> int: ...
 
 
-def _peer_address(frame: zmq.Frame) -> str:
-    """The TCP peer of a received message ("" when the transport has none, e.g. inproc)."""
-    try:
-        return frame.get("Peer-Address") or ""
-    except zmq.ZMQError:
-        return ""
 
-
-def _is_loopback(address: str) -> bool:
-    return address.startswith("127.") or address in ("::1", "localhost")
-
-
-def open_files_room(registrations: int) -> int:
-    """How many registrations the open-file limit leaves room for, after raising the soft limit (never past
-    the hard one) to what `registrations` need. libzmq aborts the whole process when a bind cannot get a
-    file descriptor (EMFILE), so the registration cap must stay below the limit: with the common soft
-    limit of 1024, a flood of HELLOs would otherwise kill the head."""
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return registrations
-    want = FDS_RESERVED + FDS_PER_COLLECTOR * registrations
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            raised = want if hard == resource.RLIM_INFINITY else min(hard, want)
-            if raised > soft:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-                soft = raised
-    except (ValueError, OSError) as exc:
-        log.debug("cannot raise the open-file limit: %r", exc)
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return registrations
-    return max(1, min(registrations, (soft - FDS_RESERVED) // FDS_PER_COLLECTOR))
-
-
-def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
-    """Ape-X: eps_i = base ** (1 + alpha * i / (N - 1)); a single collector gets `base`."""
-    if total <= 1:
-        return float(base)
-    return float(base ** (1.0 + alpha * (index % total) / (total - 1)))
-
-
-def data_max_msg_bytes(spec: ObsSpec, max_chunk_frames: int) -> int:
-    """Largest frame a collector may send: a chunk's observations (other frames are smaller)."""
-    per_frame = 1
-    for d in spec.obs_shape:
-        per_frame *= int(d)
-    per_frame *= spec.obs_dtype.itemsize if hasattr(spec.obs_dtype, "itemsize") else 1
-    return max(HEADER_SIZE, max_chunk_frames * max(per_frame, 8)) + 4096
 
 
 @dataclass(frozen=True)
@@ -171,29 +114,19 @@ class ConsolidationThread(threading.Thread):
         config: Config,
         replay: ReplaySink,
         spec: ObsSpec,
-        weights_endpoints: dict[str, str],
+        registrations: Registrations,
         latest_weight_version: Callable[[], int] = lambda: 0,
-        context: zmq.Context | None = None,
-        control_endpoint: str | None = None,
-        num_collectors: int | None = None,
         episode_window: int | None = None,
         buffer_size: Callable[[], int] | None = None,
         gate: InsertGate = ALWAYS_OPEN,
-        max_chunk_frames: int | None = None,
     ) -> None:
         super().__init__(name="consolidation", daemon=True)
         self.config = config
         self.replay = replay
         self.spec = spec
-        self.weights_endpoints = weights_endpoints  # {"local": ipc://..., "remote": tcp://...}
+        self.registrations = registrations
         self.latest_weight_version = latest_weight_version
-        self.num_collectors = max(1, num_collectors if num_collectors is not None else config.collectors.count)
         t = config.transport
-        self.ctx = context or zmq.Context.instance()
-        sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
-        self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
-        frames = max_chunk_frames if max_chunk_frames is not None else max(2, min(4096, config.replay.capacity // 2))
-        self.data_max_msg = data_max_msg_bytes(spec, frames)
         # summaries carry unscaled returns; env.max_abs_reward bounds the scaled rewards chunks carry
         self.max_abs_reward = float(config.env.max_abs_reward) / float(config.env.reward_scale)
         self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
@@ -204,8 +137,6 @@ class ConsolidationThread(threading.Thread):
         self.gate = gate  # the replay's rate limiter, insert side (learner.max_insert_lead)
         self.gated_rounds = 0
         self.collectors: dict[int, CollectorState] = {}
-        self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
-        self._next_id = 1
         self._tick = 0  # insert-scheduler clock (fair service)
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -214,7 +145,7 @@ class ConsolidationThread(threading.Thread):
         self._forget_pids: collections.deque[int] = collections.deque()
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY_S
         self.transitions = self.chunks = self.rejected = self.gaps = 0
-        self.heartbeats = self.episodes = self.registrations = self.queue = self.reclaimed = 0
+        self.heartbeats = self.episodes = self.registrations_total = self.queue = self.reclaimed = 0
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.transitions_by_slot: collections.Counter[int] = collections.Counter()
         window = episode_window if episode_window is not None else config.logging.episode_window
@@ -222,43 +153,19 @@ class ConsolidationThread(threading.Thread):
         self.errors = 0
         # len(ReplayBuffer) belongs to the replay's reader thread; pass a thread-safe size otherwise
         self.buffer_size = buffer_size if buffer_size is not None else (lambda: len(self.replay))
-        self.curve: CurveServer | None = None
-        self.auth = None
-        self.control: zmq.Socket | None = None
-        self.ipc_dir = ""
-        self.hostname = pysocket.gethostname()
-        try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
-            if t.curve_keys_dir:
-                self.auth = start_authenticator(self.ctx, t.curve_keys_dir)
-                self.curve = load_server(t.curve_keys_dir)
-            self.control = self._socket(zmq.ROUTER, CONTROL_MAX_MSG)
-            self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
-            self.ipc_dir = tempfile.mkdtemp(prefix="mario-apex-")
-        except BaseException:
-            self._close_sockets()
-            raise
 
-    # ------------------------------------------------------------------ sockets
-    def _socket(self, kind: int, max_msg: int) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.linger = 0
-        sock.setsockopt(zmq.MAXMSGSIZE, int(max_msg))  # ZeroMQ drops the connection past it: nothing allocated
-        if self.curve is not None:
-            self.curve.apply(sock)
-        return sock
+    @property
+    def control_endpoint(self) -> str:
+        return self.registrations.control_endpoint
 
-    @staticmethod
-    def _bind(sock: zmq.Socket, endpoint: str) -> str:
-        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
-            base = endpoint.rsplit(":", 1)[0]
-            return f"{base}:{sock.bind_to_random_port(base)}"
-        sock.bind(endpoint)
-        return endpoint
+    @property
+    def hostname(self) -> str:
+        return self.registrations.hostname
 
     # ------------------------------------------------------------------ thread
     def run(self) -> None:
         poller = zmq.Poller()
-        poller.register(self.control, zmq.POLLIN)
+        poller.register(self.registrations.control, zmq.POLLIN)
         try:
             while not self._stop_event.is_set():
                 try:
@@ -291,8 +198,13 @@ class ConsolidationThread(threading.Thread):
         timeout = (0 if self.gate.may_insert() else 10) if parked else 100  # 10 ms: re-check a shut gate soon
         events = dict(poller.poll(timeout))
         read = 0
-        if self.control in events:
-            self._drain_control(poller)
+        if self.registrations.control in events:
+            for state in self.registrations.drain(len(self.collectors), self._reject):
+                poller.register(state.sock, zmq.POLLIN)
+                state.polled = True
+                with self._lock:
+                    self.collectors[state.collector_id] = state
+                    self.registrations_total += 1
         for state in list(self.collectors.values()):
             if state.closed or state.sock not in events:
                 continue
@@ -393,27 +305,13 @@ class ConsolidationThread(threading.Thread):
         if state.polled:
             poller.unregister(state.sock)
             state.polled = False
-        state.sock.close(linger=0)
         state.pending.clear()
-        if state.endpoint.startswith("ipc://"):
-            try:
-                os.unlink(state.endpoint[len("ipc://"):])
-            except OSError:
-                pass
-        self._welcomes.pop(state.nonce, None)
+        self.registrations.release(state)
         with self._lock:
             self.collectors.pop(state.collector_id, None)
             self.reclaimed += 1
         log.info("collector %d (slot %d, pid %d) left: registration reclaimed", state.collector_id, state.slot,
                  state.pid)
-
-    def _drain_control(self, poller: zmq.Poller) -> None:
-        for _ in range(DRAIN_PER_SOCKET):
-            try:
-                frames = self.control.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            self._on_control([f.bytes for f in frames], poller, _peer_address(frames[-1]))
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the thread to finish its round, close its sockets (linger 0) and join it."""
@@ -424,91 +322,9 @@ class ConsolidationThread(threading.Thread):
             self._close_sockets()
 
     def _close_sockets(self) -> None:
-        if self.control is not None:
-            self.control.close(linger=0)
         for state in self.collectors.values():
-            state.sock.close(linger=0)  # closing twice is a no-op
-        if self.ipc_dir:
-            shutil.rmtree(self.ipc_dir, ignore_errors=True)
-        if self.auth is not None:
-            self.auth.stop()
-            self.auth = None
-
-    # ------------------------------------------------------------------ control
-    def _on_control(self, parts: list[bytes], poller: zmq.Poller, peer: str = "") -> None:
-        if len(parts) < 2:
-            self._reject("bad_frame_count")
-            return
-        identity, body = parts[0], parts[1:]
-        try:
-            msg = decode(body)
-            if msg.header.msg_type != HELLO:
-                raise ProtocolError("unexpected_type", "control expects HELLO")
-            hello = validate_hello(msg.payload)
-        except ProtocolError as exc:
-            self._reject(exc.reason, exc.detail)
-            return
-        nonce = hello["nonce"]
-        if nonce and nonce in self._welcomes:
-            self._send_control(identity, self._welcomes[nonce])
-            return
-        if len(self.collectors) >= self.max_open:
-            self._reject("too_many_collectors")
-            refusal = {"refused": f"the head has {len(self.collectors)} open registrations (the limit); "
-                                  f"retry after some collectors leave"}
-            self._send_control(identity, encode_json(WELCOME, refusal))
-            return
-        reply = self._register(hello, poller, peer)
-        if nonce:
-            self._welcomes[nonce] = reply
-            while len(self._welcomes) > WELCOME_CACHE:
-                self._welcomes.popitem(last=False)
-        self._send_control(identity, reply)
-
-    def _send_control(self, identity: bytes, reply: list[bytes]) -> None:
-        try:
-            self.control.send_multipart([identity, *reply], zmq.NOBLOCK)
-        except zmq.ZMQError:  # the peer is gone or not reading: it will retry its HELLO
-            pass
-
-    def _register(self, hello: dict[str, Any], poller: zmq.Poller, peer: str = "") -> list[bytes]:
-        cid = self._next_id
-        self._next_id += 1
-        host = hello["host"]
-        # Local means "connected over loopback", not "same hostname": a collector in another network
-        # namespace or container shares the hostname but cannot be assumed to share /tmp.
-        local = _is_loopback(peer) and host == self.hostname and self.config.transport.local_transport == "ipc"
-        sock = self._socket(zmq.ROUTER, self.data_max_msg)  # data up, CREDIT down to the token's peer only
-        sock.rcvhwm = self.config.transport.recv_hwm
-        if self.config.transport.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
-            sock.rcvbuf = self.config.transport.socket_buffer_bytes
-        inproc = self.control_endpoint.startswith("inproc://")  # the in-process mode: collectors are threads
-        if inproc:
-            endpoint = self._bind(sock, f"{self.control_endpoint}-c{cid}")
-        elif local:
-            endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
-        else:
-            endpoint = self._bind(sock, f"tcp://{self.config.transport.bind}:0")
-        slot = hello["slot"]
-        slot = slot if 0 <= slot < self.num_collectors else (cid - 1) % self.num_collectors
-        c = self.config.collectors
-        eps = collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)
-        token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
-        state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"])
-        poller.register(sock, zmq.POLLIN)
-        state.polled = True
-        with self._lock:
-            self.collectors[cid] = state
-            self.registrations += 1
-        kind = "inproc" if inproc else "local" if local else "remote"
-        weights = self.weights_endpoints.get(kind) or self.weights_endpoints.get("remote", "")
-        log.info("collector %d registered (host=%s pid=%s slot=%d eps=%.4f) -> %s", cid, host[:64], state.pid, slot,
-                 eps, endpoint)
-        welcome = {
-            "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
-            "epsilon": eps, "num_collectors": self.num_collectors, "slot": slot, "config": self.config.to_dict(),
-        }
-        return encode_json(WELCOME, welcome, collector=cid)
+            self.registrations.release(state)  # closing twice is a no-op
+        self.registrations.close()
 
     # ------------------------------------------------------------------ data
     def _on_data(self, state: CollectorState, frames: list[Any]) -> None:
@@ -582,7 +398,7 @@ class ConsolidationThread(threading.Thread):
             }
             return ConsolidationStats(
                 self.transitions, self.chunks, self.rejected, dict(self.rejected_by_reason), self.gaps,
-                self.heartbeats, self.episodes, self.registrations, self.buffer_size(), self.queue, collectors,
+                self.heartbeats, self.episodes, self.registrations_total, self.buffer_size(), self.queue, collectors,
                 list(self.recent_episodes), dict(self.transitions_by_slot), self.reclaimed,
                 sum(c["parked"] for c in collectors.values()),
             )

@@ -26,8 +26,8 @@ from actors.collector import Collector  # noqa: E402
 from config_optimized import load_config  # noqa: E402
 from learner.trainer import Learner  # noqa: E402
 from replay.buffer import ReplayBuffer  # noqa: E402
-from replay.consolidation import collector_epsilon  # noqa: E402
 from shared.env_factory import env_spec_of  # noqa: E402
+from shared.exploration import collector_epsilon  # noqa: E402
 
 SOLVED = 475.0
 

@@ -13,3 +13,10 @@ def annealed_epsilon(final: float, weight_version: int, decay_updates: int) -> f
         return float(final)
     remaining = max(0.0, 1.0 - max(0, weight_version) / decay_updates)
     return float(final) + (1.0 - float(final)) * remaining
+
+
+def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
+    """Ape-X: eps_i = base ** (1 + alpha * i / (N - 1)); a single collector gets `base`."""
+    if total <= 1:
+        return float(base)
+    return float(base ** (1.0 + alpha * (index % total) / (total - 1)))

@@ -12,6 +12,7 @@ import tempfile
 
 import zmq
 
+from launcher.registration import Registrar
 from learner.broadcast import WeightPublisher
 from replay.consolidation import ConsolidationThread, ReplaySink
 from shared.config import Config
@@ -27,15 +28,15 @@ class LocalHead:
         self.ctx = zmq.Context()
         self._dir = tempfile.mkdtemp(prefix="mario-apex-head-")
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
-        self.consolidation = ConsolidationThread(
-            config, replay, spec, {}, context=self.ctx,
-            control_endpoint=f"tcp://{t.bind}:{t.port if port is None else port}",
-        )  # binds first: it starts the ZAP authenticator the publisher's CURVE socket needs
+        self.registrar = Registrar(config, spec, {}, self.ctx,
+                                   control_endpoint=f"tcp://{t.bind}:{t.port if port is None else port}")
+        # bound first: it starts the ZAP authenticator the publisher's CURVE socket needs
+        self.consolidation = ConsolidationThread(config, replay, spec, self.registrar)
         self.publisher = WeightPublisher(
             [f"ipc://{os.path.join(self._dir, 'weights.ipc')}", f"tcp://{t.bind}:0"], context=self.ctx,
             heartbeat_s=min(1.0, t.head_timeout_s / 4), curve=curve,
         )
-        self.consolidation.weights_endpoints.update(
+        self.registrar.weights_endpoints.update(
             {"local": self.publisher.endpoints[0], "remote": self.publisher.endpoints[1]})
         self.consolidation.latest_weight_version = lambda: self.publisher.version
         self.consolidation.start()

@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
-from replay.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread, collector_epsilon
+from launcher.registration import Registrar
+from replay.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
 from replay.peers import PENDING_SUMMARIES_PER_STREAM
 from shared import protocol as P
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
+from shared.exploration import collector_epsilon
 from shared.keys import CurveClient, generate, load_client
 from tests.cluster_helpers import wait_for
 
@@ -103,9 +105,9 @@ class Head:
                  curve=None, raw_socket: bool = True, may_insert: Callable[[], bool] = lambda: True) -> None:
         self.ctx = zmq.Context()
         self.config = config or small_config()
-        self.thread = ConsolidationThread(self.config, replay, SPEC, {"local": "inproc://w", "remote": "inproc://w"},
-                                          version, context=self.ctx, control_endpoint="tcp://127.0.0.1:0",
-                                          gate=Gate(may_insert))
+        registrar = Registrar(self.config, SPEC, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
+                              control_endpoint="tcp://127.0.0.1:0")
+        self.thread = ConsolidationThread(self.config, replay, SPEC, registrar, version, gate=Gate(may_insert))
         self.thread.start()
         self.replay = replay
         self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)

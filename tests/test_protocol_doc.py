@@ -30,7 +30,7 @@ from shared.weights import DTYPES, cpu_state, encode_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "PROTOCOL.md").read_text()
-HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "replay" / "consolidation.py"]
+HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "replay" / "consolidation.py", ROOT / "launcher" / "registration.py"]
 
 
 # ---------------------------------------------------------------------------- doc parsing
@@ -82,7 +82,7 @@ def example() -> dict[str, Any]:
 def code_reasons(paths: list[Path]) -> set[str]:
     found: set[str] = set()
     for path in paths:
-        found |= set(re.findall(r'(?:ProtocolError|_reject)\(\s*"([a-z_]+)"', path.read_text()))
+        found |= set(re.findall(r'(?:ProtocolError|_?reject)\(\s*"([a-z_]+)"', path.read_text()))
     return found
 
 

@@ -1,0 +1,277 @@
+"""Registration: the head's control socket, HELLO -> WELCOME, and each collector's data socket.
+
+The launcher owns it and hands it to the consolidation thread (replay/consolidation.py), which
+polls its control socket and calls `drain` from its own thread (ZeroMQ sockets belong to one
+thread); everything here runs there. What registration decides:
+
+- **who may register:** HELLO fields are checked (`validate_hello`); open registrations are capped
+  below the context's socket limit and the open-file limit (libzmq aborts the process on EMFILE),
+  and a HELLO past the cap gets a WELCOME carrying `refused`;
+- **where a collector sends:** its own ROUTER data socket, on ipc for a local collector (loopback,
+  same hostname, `local_transport=ipc`), inproc in the in-process mode, tcp otherwise, with
+  `MAXMSGSIZE` from the run's geometry and a secret routing id (`token`) that the consolidation
+  thread requires on every message;
+- **how it explores:** the Ape-X epsilon of its slot (shared/exploration.py).
+
+A retried HELLO (same nonce) gets the same WELCOME, so retries never allocate twice; `release`
+frees a registration's socket, ipc file and cached WELCOME when the consolidation reclaims it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+import shutil
+import socket as pysocket
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from replay.peers import CollectorState
+from shared.config import Config
+from shared.exploration import collector_epsilon
+from shared.keys import CurveServer, load_server, start_authenticator
+from shared.protocol import (
+    HEADER_SIZE,
+    HELLO,
+    WELCOME,
+    ObsSpec,
+    ProtocolError,
+    decode,
+    encode_json,
+    validate_hello,
+)
+
+log = logging.getLogger(__name__)
+DRAIN_PER_ROUND = 64  # HELLOs handled per consolidation round
+MAX_OPEN_COLLECTORS = 1024  # live registrations; each costs a socket (the context gets room for them)
+SOCKETS_RESERVED = 64  # the head's other sockets (control, weights, authenticator, wake pipes)
+MAX_SOCKETS = MAX_OPEN_COLLECTORS + SOCKETS_RESERVED  # set on the head's zmq.Context before any socket
+CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
+WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
+FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener, its owner's connection
+FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
+
+Reject = Callable[[str, str], None]
+
+
+def open_files_room(registrations: int) -> int:
+    """How many registrations the open-file limit leaves room for, after raising the soft limit (never past
+    the hard one) to what `registrations` need. libzmq aborts the whole process when a bind cannot get a
+    file descriptor (EMFILE), so the registration cap must stay below the limit: with the common soft
+    limit of 1024, a flood of HELLOs would otherwise kill the head."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return registrations
+    want = FDS_RESERVED + FDS_PER_COLLECTOR * registrations
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            raised = want if hard == resource.RLIM_INFINITY else min(hard, want)
+            if raised > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+    except (ValueError, OSError) as exc:
+        log.debug("cannot raise the open-file limit: %r", exc)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return registrations
+    return max(1, min(registrations, (soft - FDS_RESERVED) // FDS_PER_COLLECTOR))
+
+
+
+
+def data_max_msg_bytes(spec: ObsSpec, max_chunk_frames: int) -> int:
+    """Largest frame a collector may send: a chunk's observations (other frames are smaller)."""
+    per_frame = 1
+    for d in spec.obs_shape:
+        per_frame *= int(d)
+    per_frame *= spec.obs_dtype.itemsize if hasattr(spec.obs_dtype, "itemsize") else 1
+    return max(HEADER_SIZE, max_chunk_frames * max(per_frame, 8)) + 4096
+
+
+
+
+def _peer_address(frame: zmq.Frame) -> str:
+    """The TCP peer of a received message ("" when the transport has none, e.g. inproc)."""
+    try:
+        return frame.get("Peer-Address") or ""
+    except zmq.ZMQError:
+        return ""
+
+
+
+
+def _is_loopback(address: str) -> bool:
+    return address.startswith("127.") or address in ("::1", "localhost")
+
+
+class Registrar:
+    """The control ROUTER and every data socket it binds; used from the consolidation thread only."""
+
+    def __init__(
+        self,
+        config: Config,
+        spec: ObsSpec,
+        weights_endpoints: dict[str, str],
+        context: zmq.Context,
+        control_endpoint: str | None = None,
+        num_collectors: int | None = None,
+        max_chunk_frames: int | None = None,
+    ) -> None:
+        t = config.transport
+        self.config = config
+        self.weights_endpoints = weights_endpoints  # {"local": ipc://..., "remote": tcp://..., "inproc": ...}
+        self.num_collectors = max(1, num_collectors if num_collectors is not None else config.collectors.count)
+        self.ctx = context
+        sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
+        self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
+        frames = max_chunk_frames if max_chunk_frames is not None else max(2, min(4096, config.replay.capacity // 2))
+        self.data_max_msg = data_max_msg_bytes(spec, frames)
+        self.hostname = pysocket.gethostname()
+        self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
+        self._next_id = 1
+        self.curve: CurveServer | None = None
+        self.auth = None
+        self.control: zmq.Socket | None = None
+        self.ipc_dir = ""
+        try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
+            if t.curve_keys_dir:
+                self.auth = start_authenticator(self.ctx, t.curve_keys_dir)
+                self.curve = load_server(t.curve_keys_dir)
+            self.control = self._socket(zmq.ROUTER, CONTROL_MAX_MSG)
+            self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
+            self.ipc_dir = tempfile.mkdtemp(prefix="mario-apex-")
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ sockets
+    def _socket(self, kind: int, max_msg: int) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.linger = 0
+        sock.setsockopt(zmq.MAXMSGSIZE, int(max_msg))  # ZeroMQ drops the connection past it: nothing allocated
+        if self.curve is not None:
+            self.curve.apply(sock)
+        return sock
+
+    @staticmethod
+    def _bind(sock: zmq.Socket, endpoint: str) -> str:
+        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
+            base = endpoint.rsplit(":", 1)[0]
+            return f"{base}:{sock.bind_to_random_port(base)}"
+        sock.bind(endpoint)
+        return endpoint
+
+    # ------------------------------------------------------------------ HELLO -> WELCOME
+    def drain(self, open_count: int, reject: Reject) -> list[CollectorState]:
+        """Answer the queued HELLOs; returns the new registrations (their data sockets bound)."""
+        new: list[CollectorState] = []
+        for _ in range(DRAIN_PER_ROUND):
+            try:
+                frames = self.control.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            state = self._on_hello([f.bytes for f in frames], _peer_address(frames[-1]), open_count + len(new),
+                                   reject)
+            if state is not None:
+                new.append(state)
+        return new
+
+    def _on_hello(self, parts: list[bytes], peer: str, open_count: int, reject: Reject) -> CollectorState | None:
+        if len(parts) < 2:
+            reject("bad_frame_count", "")
+            return None
+        identity, body = parts[0], parts[1:]
+        try:
+            msg = decode(body)
+            if msg.header.msg_type != HELLO:
+                raise ProtocolError("unexpected_type", "control expects HELLO")
+            hello = validate_hello(msg.payload)
+        except ProtocolError as exc:
+            reject(exc.reason, exc.detail)
+            return None
+        nonce = hello["nonce"]
+        if nonce and nonce in self._welcomes:
+            self._send(identity, self._welcomes[nonce])
+            return None
+        if open_count >= self.max_open:
+            reject("too_many_collectors", "")
+            refusal = {"refused": f"the head has {open_count} open registrations (the limit); "
+                                  f"retry after some collectors leave"}
+            self._send(identity, encode_json(WELCOME, refusal))
+            return None
+        state, reply = self._register(hello, peer)
+        if nonce:
+            self._welcomes[nonce] = reply
+            while len(self._welcomes) > WELCOME_CACHE:
+                self._welcomes.popitem(last=False)
+        self._send(identity, reply)
+        return state
+
+    def _send(self, identity: bytes, reply: list[bytes]) -> None:
+        try:
+            self.control.send_multipart([identity, *reply], zmq.NOBLOCK)
+        except zmq.ZMQError:  # the peer is gone or not reading: it will retry its HELLO
+            pass
+
+    def _register(self, hello: dict[str, Any], peer: str) -> tuple[CollectorState, list[bytes]]:
+        cid = self._next_id
+        self._next_id += 1
+        host = hello["host"]
+        t = self.config.transport
+        # Local means "connected over loopback", not "same hostname": a collector in another network
+        # namespace or container shares the hostname but cannot be assumed to share /tmp.
+        local = _is_loopback(peer) and host == self.hostname and t.local_transport == "ipc"
+        inproc = self.control_endpoint.startswith("inproc://")  # the in-process mode: collectors are threads
+        sock = self._socket(zmq.ROUTER, self.data_max_msg)  # data up, CREDIT down to the token's peer only
+        sock.rcvhwm = t.recv_hwm
+        if t.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
+            sock.rcvbuf = t.socket_buffer_bytes
+        if inproc:
+            endpoint = self._bind(sock, f"{self.control_endpoint}-c{cid}")
+        elif local:
+            endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
+        else:
+            endpoint = self._bind(sock, f"tcp://{t.bind}:0")
+        slot = hello["slot"]
+        slot = slot if 0 <= slot < self.num_collectors else (cid - 1) % self.num_collectors
+        c = self.config.collectors
+        eps = collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)
+        token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
+        state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"])
+        kind = "inproc" if inproc else "local" if local else "remote"
+        weights = self.weights_endpoints.get(kind) or self.weights_endpoints.get("remote", "")
+        log.info("collector %d registered (host=%s pid=%s slot=%d eps=%.4f) -> %s", cid, host[:64], state.pid, slot,
+                 eps, endpoint)
+        welcome = {
+            "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
+            "epsilon": eps, "num_collectors": self.num_collectors, "slot": slot, "config": self.config.to_dict(),
+        }
+        return state, encode_json(WELCOME, welcome, collector=cid)
+
+    # ------------------------------------------------------------------ teardown
+    def release(self, state: CollectorState) -> None:
+        """Free a reclaimed registration: its socket, ipc file and cached WELCOME."""
+        state.sock.close(linger=0)
+        if state.endpoint.startswith("ipc://"):
+            try:
+                os.unlink(state.endpoint[len("ipc://"):])
+            except OSError:
+                pass
+        self._welcomes.pop(state.nonce, None)
+
+    def close(self) -> None:
+        """Close the control socket, stop the authenticator, remove the ipc folder (idempotent)."""
+        if self.control is not None:
+            self.control.close(linger=0)
+        if self.ipc_dir:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
