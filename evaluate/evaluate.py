@@ -211,7 +211,7 @@ def _make_env(env_cfg: Any) -> Any:
 
 # ---------------------------------------------------------------------- CLI
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m evaluate.evaluate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m evaluate", description=__doc__.split("\n")[0])
     p.add_argument("path", type=Path, help="run dir (runs/<run>) or its checkpoint/ dir")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
     p.add_argument("--epsilon", type=float, default=0.0, help="random-action probability (default 0: greedy)")

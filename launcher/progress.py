@@ -42,6 +42,9 @@ class ProgressTracker:
         live = [c for c in stats.collectors.values() if not c["closed"]]  # reclaimed ones are already gone
         versions = [c["weight_version"] for c in live]
         epsilons = [c["epsilon"] for c in live]
+        # the learning curve: the least-exploring slot's episodes are the closest to the greedy policy
+        greedy_slot = min(live, key=lambda c: c["epsilon"])["slot"] if live else None
+        greedy = stats.recent_by_slot.get(greedy_slot, []) if greedy_slot is not None else []
         returns = [e.episode_return for e in self._episodes]
         xs = [e.x_pos for e in self._episodes]
         record: dict[str, Any] = {
@@ -57,6 +60,9 @@ class ProgressTracker:
             "episodes": counters.get("episodes", 0) + stats.episodes,
             "mean_return_20": _mean(returns),
             "mean_x_pos_20": _mean(xs),
+            "mean_x_pos_20_greedy": _mean([e.x_pos for e in greedy]),  # the lowest-epsilon slot's last 20
+            "mean_return_20_greedy": _mean([e.episode_return for e in greedy]),
+            "greedy_epsilon": min((c["epsilon"] for c in live), default=float("nan")),
             "best_x_pos": self._best_x,
             "flags": self._flags,
             "weight_version": weight_version,
@@ -98,7 +104,8 @@ class ProgressTracker:
         return (
             f"[PROGRESS] {r['elapsed_s']:.0f}s env {r['env_steps']:,} ({r['env_steps_per_s']:.0f}/s) "
             f"upd {r['updates']:,} ({r['updates_per_s']:.1f}/s) replay {r['replay_size']:,}/{cap:,}{fill} "
-            f"ret20 {_fmt(r['mean_return_20'])} x20 {_fmt(r['mean_x_pos_20'], 0)} best_x {r['best_x_pos']:,} "
+            f"ret20 {_fmt(r['mean_return_20'])} x20 {_fmt(r['mean_x_pos_20'], 0)} "
+            f"(greedy slot {_fmt(r.get('mean_x_pos_20_greedy', float('nan')), 0)}) best_x {r['best_x_pos']:,} "
             f"flags {r['flags']} lag {_fmt(r['weight_lag'], 1)} "
             f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} "
             f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"

@@ -104,6 +104,7 @@ class ConsolidationStats:
     transitions_by_slot: dict[int, int]  # accepted transitions per slot over the run (closed ones included)
     reclaimed: int
     parked: int  # chunks read and waiting for the insert gate
+    recent_by_slot: dict[int, list[EpisodeSummary]]  # the last episode_window episodes of each exploration slot
 
 
 class ConsolidationThread(threading.Thread):
@@ -150,6 +151,8 @@ class ConsolidationThread(threading.Thread):
         self.transitions_by_slot: collections.Counter[int] = collections.Counter()
         window = episode_window if episode_window is not None else config.logging.episode_window
         self.recent_episodes: collections.deque[EpisodeSummary] = collections.deque(maxlen=window)
+        self.recent_by_slot: collections.defaultdict[int, collections.deque[EpisodeSummary]] = \
+            collections.defaultdict(lambda: collections.deque(maxlen=window))
         self.errors = 0
         # len(ReplayBuffer) belongs to the replay's reader thread; pass a thread-safe size otherwise
         self.buffer_size = buffer_size if buffer_size is not None else (lambda: len(self.replay))
@@ -263,12 +266,13 @@ class ConsolidationThread(threading.Thread):
             state.chunks += 1
             state.transitions += added
             self.transitions_by_slot[state.slot] += added
-            self._count_episodes(released)
+            self._count_episodes(state.slot, released)
 
-    def _count_episodes(self, released: list[EpisodeSummary]) -> None:
+    def _count_episodes(self, slot: int, released: list[EpisodeSummary]) -> None:
         for s in released:  # caller holds the lock
             self.episodes += 1
             self.recent_episodes.append(s)
+            self.recent_by_slot[slot].append(s)
 
     def _credit(self, state: CollectorState) -> None:
         """CREDIT (transport.max_chunks_in_flight): everything up to credit_seq() is handled.
@@ -366,7 +370,7 @@ class ConsolidationThread(threading.Thread):
                 self.heartbeats += 1
                 state.says_waiting = header.count == 1
             elif t == EPISODE_SUMMARY:
-                self._count_episodes(state.summary(msg.payload))
+                self._count_episodes(state.slot, state.summary(msg.payload))
             else:
                 state.closed = True
 
@@ -401,6 +405,7 @@ class ConsolidationThread(threading.Thread):
                 self.heartbeats, self.episodes, self.registrations_total, self.buffer_size(), self.queue, collectors,
                 list(self.recent_episodes), dict(self.transitions_by_slot), self.reclaimed,
                 sum(c["parked"] for c in collectors.values()),
+                {slot: list(episodes) for slot, episodes in self.recent_by_slot.items()},
             )
 
     def silent_collectors(self, timeout_s: float | None = None) -> list[int]:

@@ -9,6 +9,7 @@ from config_optimized import (
     ACROBOT_PRESET,
     CARTPOLE_PRESET,
     ENV_PRESETS,
+    MARIO_PRESET,
     PROFILES,
     SMALL_ENV_PRESET,
     env_preset,
@@ -132,9 +133,10 @@ def test_env_flag_and_set_env_id_give_the_same_config(tmp_path, env_id):
     cfg = Config.from_dict(by_set)
     for key, raw in env_preset(env_id).items():  # the preset reached the config in both spellings
         assert _field(cfg, key) == _typed(key, raw), key
-    if env_id == MARIO_DEFAULT_ENV:  # Mario: the plain hardware profile, as with no env flag at all
+    if env_id == MARIO_DEFAULT_ENV:  # Mario: the profile with the Mario preset, as with no env flag at all
         assert by_set == _cli(tmp_path)
-        assert cfg == load_profile("cpu", ["transport.port=0", f"logging.run_dir={tmp_path / 'run'}"])
+        mario = [f"{k}={v}" for k, v in MARIO_PRESET.items()]
+        assert cfg == load_profile("cpu", [*mario, "transport.port=0", f"logging.run_dir={tmp_path / 'run'}"])
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
@@ -165,7 +167,7 @@ def test_preset_selection_by_env_id():
     assert env_preset("CartPole-v1") == CARTPOLE_PRESET and env_preset("Acrobot-v1") == ACROBOT_PRESET
     assert env_preset("Acrobot-v1")["collectors.eps_base"] != CARTPOLE_PRESET["collectors.eps_base"]
     assert env_preset("MountainCar-v0") == SMALL_ENV_PRESET != {}  # any other non-Mario id: the small-env preset
-    assert env_preset("SuperMarioBros-2-3-v1") == env_preset(MARIO_DEFAULT_ENV) == {}
+    assert env_preset("SuperMarioBros-2-3-v1") == env_preset(MARIO_DEFAULT_ENV) == MARIO_PRESET != {}
     env_preset("CartPole-v1")["learner.lr"] = "1"  # a copy: callers cannot change the table
     assert CARTPOLE_PRESET["learner.lr"] == "1e-3"
 
@@ -175,7 +177,8 @@ def test_last_env_id_assignment_picks_the_preset():
     assert cfg.env.env_id == "CartPole-v1" and cfg.collectors.eps_base == pytest.approx(0.1)
     cfg = load_config("cpu", ["env.env_id=CartPole-v1", " env.env_id = Acrobot-v1"])
     assert cfg.env.env_id == "Acrobot-v1" and cfg.collectors.eps_base == pytest.approx(0.4)
-    assert load_config("cpu", ["env.env_id=CartPole-v1", f"env.env_id={MARIO_DEFAULT_ENV}"]) == load_profile("cpu")
+    mario = [f"{k}={v}" for k, v in MARIO_PRESET.items()]
+    assert load_config("cpu", ["env.env_id=CartPole-v1", f"env.env_id={MARIO_DEFAULT_ENV}"]) == load_profile("cpu", mario)
 
 
 @pytest.mark.parametrize("env_id", [*ENV_PRESETS, "MountainCar-v0", MARIO_DEFAULT_ENV])
