@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -38,20 +37,25 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
+
+from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers catch ckpt.CheckpointError)
+    CheckpointError,
+    check_geometry,
+    check_meta,
+    check_state_dict,
+    check_torch_rng,
+    nonfinite_report,
+)
 
 FORMAT_VERSION = 1
 DIR_NAME = "checkpoint"
 OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
 REPLAY_DIR = "replay"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupt, or does not match this learner; the message says which file/key."""
 
 
 @dataclass
@@ -95,44 +99,6 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
     cuda = rng.get("cuda") or []
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
-
-
-# ---------------------------------------------------------------------- finiteness
-def _floating_tensors(obj: Any, prefix: str) -> list[tuple[str, torch.Tensor]]:
-    """(path, tensor) for every floating tensor in nested dicts/lists, e.g. 'optimizer/state/3/exp_avg'."""
-    out: list[tuple[str, torch.Tensor]] = []
-    stack: list[tuple[str, Any]] = [(prefix, obj)]
-    while stack:
-        name, node = stack.pop()
-        if isinstance(node, torch.Tensor):
-            if node.is_floating_point() or node.is_complex():
-                out.append((name, node))
-        elif isinstance(node, Mapping):
-            stack.extend((f"{name}/{k}", v) for k, v in reversed(list(node.items())))
-        elif isinstance(node, (list, tuple)):
-            stack.extend((f"{name}/{i}", v) for i, v in reversed(list(enumerate(node))))
-    return out
-
-
-def nonfinite_report(obj: Any, prefix: str) -> str | None:
-    """None when every floating tensor in `obj` (a state dict, or nested dicts/lists of tensors) is
-    finite; else '<prefix>/<name>: N of M values' for the first one holding NaN/inf, plus how many
-    more do. One host sync per device the tensors live on."""
-    named = _floating_tensors(obj, prefix)
-    counts: list[int] = [0] * len(named)
-    by_device: dict[torch.device, list[int]] = {}
-    for i, (_, t) in enumerate(named):
-        by_device.setdefault(t.device, []).append(i)
-    for idx in by_device.values():
-        per = torch.stack([(~torch.isfinite(named[i][1].detach())).sum() for i in idx]).tolist()
-        for i, n in zip(idx, per, strict=True):
-            counts[i] = int(n)
-    bad = [i for i, n in enumerate(counts) if n]
-    if not bad:
-        return None
-    name, t = named[bad[0]]
-    more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
-    return f"{name}: {counts[bad[0]]} of {t.numel()} values{more}"
 
 
 # ---------------------------------------------------------------------- writing
@@ -256,90 +222,6 @@ def _torch_load(path: Path, info: Mapping[str, Any] | None) -> Any:
         raise CheckpointError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_meta(meta: Any, meta_path: Path) -> None:
-    """Every field load_checkpoint and the learner read has the type they expect (CheckpointError naming it)."""
-
-    def bad(name: str, value: Any, allowed: str) -> NoReturn:
-        raise CheckpointError(f"{meta_path}: {name}={_short(value)} is invalid: allowed {allowed}")
-
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
-        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise CheckpointError(f"{meta_path}: format {got!r}, this code reads format {FORMAT_VERSION}")
-    for key in ("geometry", "counters", "files"):
-        if key not in meta:
-            raise CheckpointError(f"{meta_path}: missing key {key!r}")
-    if not isinstance(meta["geometry"], dict):
-        bad("geometry", meta["geometry"], "an object of obs_shape, obs_dtype, stack, num_actions, hidden, dueling")
-    counters = meta["counters"]
-    if not isinstance(counters, dict):
-        bad("counters", counters, "an object of counter name -> number")
-    for key, value in counters.items():
-        if not _is_number(value) or not math.isfinite(value):
-            bad(f"counters.{key}", value, "a finite number")
-    files = meta["files"]
-    if not isinstance(files, dict):
-        bad("files", files, "an object of file name -> {bytes, sha256}")
-    for name, info in files.items():
-        parts = name.split("/")
-        if name not in TORCH_FILES and not (len(parts) > 1 and parts[0] == REPLAY_DIR and ".." not in parts
-                                           and "" not in parts and "\\" not in name):
-            bad(f"files[{name!r}]", info, f"only entries for {', '.join(TORCH_FILES)} and {REPLAY_DIR}/<file>")
-        if not isinstance(info, dict):
-            bad(f"files[{name!r}]", info, "an object {\"bytes\": int, \"sha256\": str}")
-        size, digest = info.get("bytes"), info.get("sha256")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            bad(f"files[{name!r}].bytes", size, "a non-negative integer")
-        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            bad(f"files[{name!r}].sha256", digest, "64 lowercase hex digits")
-    if not isinstance(meta.get("has_replay", False), bool):
-        bad("has_replay", meta["has_replay"], "true or false")
-    rng = meta.get("rng")
-    if rng is None:
-        return
-    if not isinstance(rng, dict):
-        bad("rng", rng, "an object with python and numpy generator states")
-    if rng.get("python") is not None:
-        try:
-            version, state, gauss = rng["python"]
-            if gauss is not None and not _is_number(gauss):
-                raise TypeError("gauss")
-            random.Random().setstate((int(version), tuple(int(x) for x in state), gauss))
-        except (TypeError, ValueError, OverflowError):
-            bad("rng.python", rng["python"], "random.getstate() as [version, [625 ints], gauss]")
-    if rng.get("numpy") is not None:
-        try:
-            name, keys, pos, has_gauss, cached = rng["numpy"]
-            np.random.RandomState().set_state((str(name), np.asarray(keys, dtype=np.uint32), int(pos),
-                                               int(has_gauss), float(cached)))
-        except (TypeError, ValueError, OverflowError):
-            bad("rng.numpy", rng["numpy"], "numpy.random.get_state() as [name, [624 ints], pos, has_gauss, cached]")
-
-
-def _check_torch_rng(rng_t: Any, path: Path) -> dict[str, Any]:
-    """rng.pt's {"torch": ByteTensor, "cuda": [ByteTensor, ...]}, validated so restore_rng cannot fail."""
-    if not isinstance(rng_t, dict):
-        raise CheckpointError(f"{path}: expected a dict with 'torch' and 'cuda' generator states")
-    state, cuda = rng_t.get("torch"), rng_t.get("cuda", [])
-    if state is not None:
-        try:
-            torch.Generator().set_state(state)
-        except (TypeError, RuntimeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: 'torch' is not a CPU generator state ({exc})") from exc
-    if not isinstance(cuda, (list, tuple)) or not all(
-            isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
-        raise CheckpointError(f"{path}: 'cuda' must be a list of uint8 generator states")
-    return {"torch": state, "cuda": list(cuda)}
-
-
 def _verify_replay(ckpt: Path, files: Mapping[str, Any]) -> None:
     """Every replay file exists with its recorded size and sha256, and no unrecorded file is there."""
     root = ckpt / REPLAY_DIR
@@ -369,7 +251,7 @@ def load_checkpoint(path: str | os.PathLike, verify_replay: bool = False) -> Che
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise CheckpointError(f"{meta_path}: unreadable ({type(exc).__name__}: {str(exc)[:200]})") from exc
-    _check_meta(meta, meta_path)
+    check_meta(meta, meta_path, FORMAT_VERSION, TORCH_FILES, REPLAY_DIR)
     files = meta["files"]
     loaded = {name: _torch_load(ckpt / name, files.get(name)) for name in TORCH_FILES}
     model = loaded["model.pt"]
@@ -386,7 +268,7 @@ def load_checkpoint(path: str | os.PathLike, verify_replay: bool = False) -> Che
     bad = nonfinite_report(loaded["optimizer.pt"], "optimizer")
     if bad:
         raise CheckpointError(f"{ckpt / 'optimizer.pt'}: non-finite optimizer state in {bad}; refusing to resume")
-    rng_t = _check_torch_rng(loaded["rng.pt"], ckpt / "rng.pt")
+    rng_t = check_torch_rng(loaded["rng.pt"], ckpt / "rng.pt")
     config_path = ckpt / "config.json"
     try:
         config_json = config_path.read_text() if config_path.is_file() else "{}"
@@ -408,30 +290,3 @@ def load_checkpoint(path: str | os.PathLike, verify_replay: bool = False) -> Che
         has_replay=has_replay and (ckpt / REPLAY_DIR).is_dir(),
         path=ckpt,
     )
-
-
-def check_geometry(expected: Mapping[str, Any], got: Mapping[str, Any], where: Path | str) -> None:
-    """Raise CheckpointError naming every geometry field that differs (obs shape, actions, ...)."""
-    diffs = [f"{k}: checkpoint {got.get(k)!r} vs learner {v!r}" for k, v in expected.items() if got.get(k) != v]
-    if diffs:
-        raise CheckpointError(f"{where}: checkpoint does not match this learner: " + "; ".join(diffs))
-
-
-def check_state_dict(expected: Mapping[str, torch.Tensor], got: Any, where: str) -> None:
-    """Raise CheckpointError for a missing/unexpected key or a shape/dtype mismatch."""
-    if not isinstance(got, Mapping):
-        raise CheckpointError(f"{where}: expected a state dict, got {type(got).__name__}")
-    missing = [k for k in expected if k not in got]
-    if missing:
-        raise CheckpointError(f"{where}: missing key(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-    extra = [k for k in got if k not in expected]
-    if extra:
-        raise CheckpointError(f"{where}: unexpected key(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}")
-    for k, ref in expected.items():
-        t = got[k]
-        if not isinstance(t, torch.Tensor):
-            raise CheckpointError(f"{where}: {k} is {type(t).__name__}, expected a tensor")
-        if tuple(t.shape) != tuple(ref.shape):
-            raise CheckpointError(f"{where}: shape mismatch for {k}: checkpoint {tuple(t.shape)} vs learner {tuple(ref.shape)}")
-        if t.dtype != ref.dtype:
-            raise CheckpointError(f"{where}: dtype mismatch for {k}: checkpoint {t.dtype} vs learner {ref.dtype}")

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from learner import checkpoint as ckpt
+from learner.checkpoint_checks import check_optimizer_state, check_scaler_state
 from learner.dqn import clip_gradients, dqn_loss, make_optimizer, sync_target
 from learner.metering import UpdateMeter
 from learner.precision import resolve_precision
@@ -453,8 +454,8 @@ class Learner:
             bad = ckpt.nonfinite_report(state[name], name)
             if bad is not None:
                 raise ckpt.CheckpointError(f"{where}: non-finite weights in {bad}")
-        self._check_optimizer_state(state["optimizer"], f"{where}[optimizer]")
-        self._check_scaler_state(state["scaler"], f"{where}[scaler]")
+        check_optimizer_state(state["optimizer"], self.params, f"{where}[optimizer]")
+        check_scaler_state(state["scaler"], self.precision.use_scaler, f"{where}[scaler]")
         c = state["counters"]
         bad_counter = next((k for k, v in c.items() if isinstance(v, bool) or not isinstance(v, (int, float))
                             or not np.isfinite(v)), None) if isinstance(c, Mapping) else "counters"
@@ -473,36 +474,6 @@ class Learner:
         self.broadcasts = int(c.get("broadcasts", 0))
         if self.weight_version >= 0:  # collectors already got other weights: publish the restored ones
             self.broadcast()
-
-    def _check_optimizer_state(self, opt_state: Any, where: str) -> None:
-        if not isinstance(opt_state, Mapping) or "state" not in opt_state or "param_groups" not in opt_state:
-            raise ckpt.CheckpointError(f"{where}: not an optimizer state dict")
-        groups, per_param = opt_state["param_groups"], opt_state["state"]
-        if (not isinstance(groups, (list, tuple)) or not isinstance(per_param, Mapping)
-                or not all(isinstance(g, Mapping) and isinstance(g.get("params", []), (list, tuple)) for g in groups)):
-            raise ckpt.CheckpointError(f"{where}: param_groups must be a list of dicts with a 'params' list and "
-                                       f"state a dict")
-        ids = [i for g in groups for i in g.get("params", [])]
-        if len(ids) != len(self.params):
-            raise ckpt.CheckpointError(f"{where}: {len(ids)} parameters in checkpoint vs {len(self.params)} in learner")
-        for pid, param in zip(ids, self.params, strict=True):
-            entry = per_param.get(pid) if isinstance(pid, (int, str)) else None
-            if entry is not None and not isinstance(entry, Mapping):
-                raise ckpt.CheckpointError(f"{where}: state[{pid}] is {type(entry).__name__}, expected a dict")
-            for key, t in (entry or {}).items():
-                if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(param.shape):
-                    raise ckpt.CheckpointError(f"{where}: shape mismatch for state[{pid}][{key}]: checkpoint "
-                                               f"{tuple(t.shape)} vs parameter {tuple(param.shape)}")
-
-    def _check_scaler_state(self, scaler_state: Any, where: str) -> None:
-        if not isinstance(scaler_state, Mapping):
-            raise ckpt.CheckpointError(f"{where}: expected a dict, got {type(scaler_state).__name__}")
-        if not (self.precision.use_scaler and scaler_state):
-            return  # ignored: no scaler here, or none was saved
-        for key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
-            value = scaler_state.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise ckpt.CheckpointError(f"{where}: {key}={value!r} is not a finite number")
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, run_dir: str | Path, replay: Any = None, *,
