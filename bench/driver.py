@@ -61,7 +61,7 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.driver", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"{QUICK_SECONDS:g} s phases, sweep {QUICK_SWEEP}: under 3 min")
     p.add_argument("--collectors", type=int, default=None, help="collector processes (default: the profile's)")
     p.add_argument("--envs-per-collector", type=int, default=None, help="K envs per collector (default: profile's)")

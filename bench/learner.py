@@ -213,7 +213,7 @@ def run_learner_bench(quick: bool = True, device: str | torch.device | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Learner throughput benchmark (JSON on stdout)")
+    parser = argparse.ArgumentParser(prog="python -m bench.learner", description="Learner throughput benchmark (JSON on stdout)")
     parser.add_argument("--quick", action="store_true", help="short time budget per mode")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
