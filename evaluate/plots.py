@@ -1,7 +1,8 @@
 """Learning-curve PNG from a run's metrics.jsonl (headless: matplotlib's Agg backend).
 
 Two panels against env steps: mean_x_pos_20 (how far Mario gets, the number that says whether
-it learned) and mean_return_20. A random-policy baseline (scripts/random_policy_baseline.py)
+it learned) and mean_return_20, each over every collector and, where the run recorded it, over
+the least-exploring collector slot alone (the curve closest to the greedy policy). A random-policy baseline (scripts/random_policy_baseline.py)
 is drawn as horizontal lines so "better than chance" can be read off the plot.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 PANELS = (("mean_x_pos_20", "mean x_pos (last 20 episodes)", "mean_x_pos"),
           ("mean_return_20", "mean return (last 20 episodes)", "mean_return"))
+GREEDY_SUFFIX = "_greedy"  # the same statistic over the lowest-epsilon slot (launcher/progress.py)
 
 
 def read_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
@@ -65,7 +67,12 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path,
     fig, axes = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for ax, (key, label, base_key) in zip(axes, PANELS, strict=True):
         xs, ys = series[key]
-        ax.plot(xs, ys, color="tab:blue", linewidth=1.5, marker="." if len(xs) < 50 else None, label="agent")
+        ax.plot(xs, ys, color="tab:blue", linewidth=1.5, marker="." if len(xs) < 50 else None,
+                label="all collectors")
+        gx, gy = _series(rows, key + GREEDY_SUFFIX)
+        if gx:
+            ax.plot(gx, gy, color="tab:orange", linewidth=1.5, marker="." if len(gx) < 50 else None,
+                    label="least-exploring slot")
         if random_baseline is not None and isinstance(random_baseline.get(base_key), (int, float)):
             value = float(random_baseline[base_key])
             ax.axhline(value, color="tab:red", linestyle="--", linewidth=1.2, label=f"random policy ({value:.0f})")
