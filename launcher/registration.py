@@ -45,6 +45,7 @@ from shared.protocol import (
     encode_json,
     validate_hello,
 )
+from shared.sizes import LogBudget
 
 log = logging.getLogger(__name__)
 DRAIN_PER_ROUND = 64  # HELLOs handled per consolidation round
@@ -136,6 +137,7 @@ class Registrar:
         self.hostname = pysocket.gethostname()
         self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
         self._next_id = 1
+        self._log_budget = LogBudget()  # a HELLO flood must not flood the log
         self.curve: CurveServer | None = None
         self.auth = None
         self.control: zmq.Socket | None = None
@@ -247,8 +249,10 @@ class Registrar:
         state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"])
         kind = "inproc" if inproc else "local" if local else "remote"
         weights = self.weights_endpoints.get(kind) or self.weights_endpoints.get("remote", "")
-        log.info("collector %d registered (host=%s pid=%s slot=%d eps=%.4f) -> %s", cid, host[:64], state.pid, slot,
-                 eps, endpoint)
+        allowed, dropped = self._log_budget.allow()
+        if allowed:
+            log.info("collector %d registered (host=%s pid=%s slot=%d eps=%.4f) -> %s%s", cid, host[:64], state.pid,
+                     slot, eps, endpoint, f" ({dropped} more registrations not logged)" if dropped else "")
         welcome = {
             "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
             "epsilon": eps, "num_collectors": self.num_collectors, "slot": slot, "config": self.config.to_dict(),

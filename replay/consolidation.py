@@ -51,6 +51,7 @@ from shared.protocol import (
     encode_simple,
     send_parts,
 )
+from shared.sizes import LogBudget
 
 log = logging.getLogger(__name__)
 DRAIN_PER_SOCKET = 64  # messages read from one collector per poll round (fairness)
@@ -144,6 +145,7 @@ class ConsolidationThread(threading.Thread):
         self._logged: set[str] = set()
         self._forget: collections.deque[int] = collections.deque()
         self._forget_pids: collections.deque[int] = collections.deque()
+        self._log_budget = LogBudget()  # reclaim lines: a HELLO flood must not flood the log
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY_S
         self.transitions = self.chunks = self.rejected = self.gaps = 0
         self.heartbeats = self.episodes = self.registrations_total = self.queue = self.reclaimed = 0
@@ -309,13 +311,17 @@ class ConsolidationThread(threading.Thread):
         if state.polled:
             poller.unregister(state.sock)
             state.polled = False
-        state.pending.clear()
+        while state.pending:  # it left (BYE, replaced): what it sent is still good data, and bounded (park_limit)
+            seq, msg = state.pending.popleft()
+            self._write_chunk(state, seq, msg)
         self.registrations.release(state)
         with self._lock:
             self.collectors.pop(state.collector_id, None)
             self.reclaimed += 1
-        log.info("collector %d (slot %d, pid %d) left: registration reclaimed", state.collector_id, state.slot,
-                 state.pid)
+        allowed, dropped = self._log_budget.allow()
+        if allowed:
+            log.info("collector %d (slot %d, pid %d) left: registration reclaimed%s", state.collector_id, state.slot,
+                     state.pid, f" ({dropped} more not logged)" if dropped else "")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the thread to finish its round, close its sockets (linger 0) and join it."""

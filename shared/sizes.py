@@ -26,3 +26,31 @@ def available_memory_bytes() -> int:
     """MemAvailable (Linux); falls back to total physical memory."""
     available = meminfo("MemAvailable")
     return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class LogBudget:
+    """At most `per_window` log lines of one kind per `window_s`; the rest are counted and summarized.
+
+    Why: a peer can cause a line per message (a HELLO flood registers and reclaims a thousand
+    collectors a second); the log must stay readable and its size bounded by time, not by the peer."""
+
+    def __init__(self, per_window: int = 20, window_s: float = 60.0, clock=None) -> None:
+        import time
+
+        self.per_window, self.window_s = int(per_window), float(window_s)
+        self._clock = clock or time.monotonic
+        self._start = self._clock()
+        self._used = 0
+        self.suppressed = 0
+
+    def allow(self) -> tuple[bool, int]:
+        """(may this line be logged, how many were suppressed since the last allowed one)."""
+        now = self._clock()
+        if now - self._start >= self.window_s:
+            self._start, self._used = now, 0
+        if self._used < self.per_window:
+            self._used += 1
+            dropped, self.suppressed = self.suppressed, 0
+            return True, dropped
+        self.suppressed += 1
+        return False, 0

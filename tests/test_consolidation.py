@@ -418,3 +418,28 @@ def test_socket_buffer_bytes_bounds_the_data_in_flight() -> None:
     unbounded = _in_flight_while_gated(0)
     assert bounded < 1_000, bounded  # measured 256 heartbeats (~18 KB with ZeroMQ framing)
     assert unbounded == 5_000, unbounded  # the OS default takes every message offered (>20k measured)
+
+
+def test_a_leaving_collector_s_parked_chunks_are_written_not_lost() -> None:
+    sink = RecordingSink()
+    head = Head(sink, may_insert=lambda: False)  # gate shut: chunks are parked
+    try:
+        for chunk in counting_chunks(2):
+            head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: head.thread.stats().parked == 2, 10, 0.005)
+        assert sink.chunks == []
+        head.send(P.encode_simple(P.BYE, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: head.cid not in head.thread.stats().collectors, 10, 0.005)
+        assert len(sink.chunks) == 2 and head.thread.stats().reclaimed == 1
+    finally:
+        head.close()
+
+
+def test_log_budget_bounds_lines_per_window_and_counts_the_rest() -> None:
+    from shared.sizes import LogBudget
+
+    now = [0.0]
+    budget = LogBudget(per_window=2, window_s=10.0, clock=lambda: now[0])
+    assert [budget.allow() for _ in range(5)] == [(True, 0), (True, 0), (False, 0), (False, 0), (False, 0)]
+    now[0] = 10.0
+    assert budget.allow() == (True, 3)  # the next allowed line says how many were dropped
