@@ -1,0 +1,55 @@
+"""Write a small, evaluation-only copy of a run's checkpoint, for shipping in the repo.
+
+    python scripts/export_checkpoint.py runs/<run> docs/checkpoints/<name>
+
+`<name>/checkpoint/` is an ordinary checkpoint (same layout, sizes and sha256 in meta.json, so
+`make eval CHECKPOINT=docs/checkpoints/<name>` reads it with the usual checks) holding only what
+playing needs: the online network in fp32 (the target entry shares its tensors, so they are
+stored once) and no optimizer moments, replay or RNG streams. It cannot be resumed from: that
+needs the full checkpoint. The run's config.json, counters and metrics.jsonl travel with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from learner.checkpoint import CheckpointData, CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
+
+MAX_BYTES = 15 * 2**20  # what the repository takes per shipped checkpoint
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python scripts/export_checkpoint.py", description=__doc__.splitlines()[0])
+    ap.add_argument("source", help="run dir or checkpoint dir")
+    ap.add_argument("out", help="directory to write (its checkpoint/ is replaced)")
+    args = ap.parse_args(argv)
+    try:
+        data = load_checkpoint(args.source)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    online = {k: v.detach().float().contiguous() for k, v in data.model["online"].items()}
+    slim = CheckpointData(
+        geometry=data.geometry, model={"online": online, "target": online},
+        optimizer={"state": {}, "param_groups": []}, scaler={}, counters=dict(data.counters),
+        config_json=data.config_json, rng={},
+    )
+    path = save_checkpoint(args.out, slim)
+    metrics = (data.path or Path(args.source)).parent / "metrics.jsonl"
+    if metrics.is_file():  # the learning curve travels too (make eval draws it)
+        shutil.copyfile(metrics, Path(args.out) / "metrics.jsonl")
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(f"wrote {path} ({size / 2**20:.1f} MiB)")
+    if size > MAX_BYTES:
+        print(f"error: {path} is {size} bytes, over the {MAX_BYTES}-byte limit for a shipped checkpoint", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
