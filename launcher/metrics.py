@@ -40,7 +40,7 @@ _GROUPS = {
     "replay_ratio": "learner", "compile_s": "learner", "beta": "learner", "lr": "learner",
     "replay_size": "replay", "transitions_added": "replay",
     "mean_return_20": "episode", "episode_return": "episode", "x_pos": "episode", "mean_x_pos_20": "episode",
-    "mean_x_pos_20_greedy": "episode", "mean_return_20_greedy": "episode",
+    "mean_x_pos_20_greedy": "episode", "mean_return_20_greedy": "episode", "flag_rate_20_greedy": "episode",
     "flag_get": "episode", "flag_rate_20": "episode", "episodes": "episode",
     "best_x_pos": "episode", "flags": "episode",
     "epsilon": "actors", "epsilon_mean": "actors", "env_steps_per_s": "actors", "weight_version_lag": "actors",

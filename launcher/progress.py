@@ -62,6 +62,7 @@ class ProgressTracker:
             "mean_x_pos_20": _mean(xs),
             "mean_x_pos_20_greedy": _mean([e.x_pos for e in greedy]),  # the lowest-epsilon slot's last 20
             "mean_return_20_greedy": _mean([e.episode_return for e in greedy]),
+            "flag_rate_20_greedy": _mean([float(e.flag_get) for e in greedy]),
             "greedy_epsilon": min((c["epsilon"] for c in live), default=float("nan")),
             "best_x_pos": self._best_x,
             "flags": self._flags,
@@ -105,7 +106,8 @@ class ProgressTracker:
             f"[PROGRESS] {r['elapsed_s']:.0f}s env {r['env_steps']:,} ({r['env_steps_per_s']:.0f}/s) "
             f"upd {r['updates']:,} ({r['updates_per_s']:.1f}/s) replay {r['replay_size']:,}/{cap:,}{fill} "
             f"ret20 {_fmt(r['mean_return_20'])} x20 {_fmt(r['mean_x_pos_20'], 0)} "
-            f"(greedy slot {_fmt(r.get('mean_x_pos_20_greedy', float('nan')), 0)}) best_x {r['best_x_pos']:,} "
+            f"(greedy slot {_fmt(r.get('mean_x_pos_20_greedy', float('nan')), 0)}, "
+            f"flags {_pct(r.get('flag_rate_20_greedy', float('nan')))}) best_x {r['best_x_pos']:,} "
             f"flags {r['flags']} lag {_fmt(r['weight_lag'], 1)} "
             f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} "
             f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"
@@ -115,6 +117,10 @@ class ProgressTracker:
 
 def _mean(values: list[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.0f}%"
 
 
 def _fmt(value: float, digits: int = 1) -> str:
