@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from launcher.__main__ import main
 
 from config_optimized import load_profile
+from launcher.__main__ import main
 from launcher.cli import parse_args
 from shared.config import (
     COLLECTOR_NETWORK_COPIES,
@@ -321,8 +321,9 @@ def test_non_finite_floats_fail(field, value):
 def test_bind_error_in_the_head_names_what_failed(code, advice, tmp_path, monkeypatch, caplog):
     """A bind that fails inside the head (a port taken after the CLI's probe, ...) is one ERROR line; only a
     port clash gets the "another head?" advice, anything else shows zmq's own error and the endpoint."""
-    import launcher.__main__ as entry
     import zmq
+
+    import launcher.__main__ as entry
 
     class FailingHead:
         def __init__(self, *args, **kwargs):
