@@ -38,6 +38,13 @@ class _Slot:
     restart_at: float | None = None
     exit_codes: list[int] = field(default_factory=list)
 
+    def schedule_restart(self, now: float, what: str) -> None:
+        """Restart after the current backoff: a slot that ran for a while gets a fresh one; a crash loop doubles it."""
+        log.warning("%s; restart #%d in %.1f s", what, self.restarts + 1, self.backoff_s)
+        self.restart_at = now + self.backoff_s
+        ran_for = now - self.started_at
+        self.backoff_s = MIN_BACKOFF_S if ran_for > 60.0 else min(MAX_BACKOFF_S, self.backoff_s * 2)
+
 
 class CollectorSupervisor:
     """Starts, watches and restarts N local collector processes.
@@ -90,7 +97,7 @@ class CollectorSupervisor:
                     slot.exit_codes.append(code)
                     slot.process = None
                     self._on_exit(proc.pid)
-                    self._schedule_restart(slot, now, f"exited with code {code}")
+                    slot.schedule_restart(now, f"collector slot {slot.index} exited with code {code}")
                 elif self._stalled(slot, now):
                     log.warning("collector slot %d (pid %d) sent nothing for %.0f s while the head was ready to read "
                                 "(not stepping); killing it", slot.index, proc.pid, self._stall_timeout_s)
@@ -98,7 +105,7 @@ class CollectorSupervisor:
                     slot.process = None
                     self.stall_kills += 1
                     self._on_exit(proc.pid)
-                    self._schedule_restart(slot, now, "stalled")
+                    slot.schedule_restart(now, f"collector slot {slot.index} stalled")
             if slot.process is None and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 slot.restarts += 1
@@ -136,13 +143,6 @@ class CollectorSupervisor:
         seen = clock[0] if clock is not None else None
         reference = slot.started_at if seen is None or seen < slot.started_at else seen
         return now - reference > self._stall_timeout_s
-
-    def _schedule_restart(self, slot: _Slot, now: float, why: str) -> None:
-        log.warning("collector slot %d %s; restart #%d in %.1f s", slot.index, why, slot.restarts + 1, slot.backoff_s)
-        slot.restart_at = now + slot.backoff_s
-        # a collector that ran for a while before dying gets a fresh backoff; a crash loop doubles it
-        ran_for = now - slot.started_at
-        slot.backoff_s = MIN_BACKOFF_S if ran_for > 60.0 else min(MAX_BACKOFF_S, slot.backoff_s * 2)
 
     def _spawn(self, slot: _Slot) -> None:
         argv = self._command(slot.index)
@@ -220,18 +220,12 @@ class ThreadCollectors:
             thread = self._threads.get(slot.index)
             if thread is not None and not thread.is_alive():
                 del self._threads[slot.index]
-                self._schedule(slot, now)
+                slot.schedule_restart(now, f"in-process collector {slot.index} ended")
             if slot.index not in self._threads and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 slot.restarts += 1
                 self.restarts_total += 1
                 self._spawn(slot)
-
-    def _schedule(self, slot: _Slot, now: float) -> None:
-        log.warning("in-process collector %d ended; restart #%d in %.1f s", slot.index, slot.restarts + 1,
-                    slot.backoff_s)
-        slot.restart_at = now + slot.backoff_s
-        slot.backoff_s = MIN_BACKOFF_S if now - slot.started_at > 60.0 else min(MAX_BACKOFF_S, slot.backoff_s * 2)
 
     def stop(self, grace_s: float = 5.0) -> None:
         self._stop.set()

@@ -48,6 +48,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from actors.client import _reachable, _socket  # noqa: E402  (the collector's own socket and endpoint rules)
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk  # noqa: E402
 from shared.protocol import (  # noqa: E402
     CREDIT,
@@ -81,22 +82,6 @@ def _curve(keys_dir: str | None):
     from shared.keys import load_client
 
     return load_client(keys_dir)
-
-
-def _socket(ctx: zmq.Context, kind: int, curve=None) -> zmq.Socket:
-    sock = ctx.socket(kind)
-    sock.linger = 0
-    if curve is not None:
-        curve.apply(sock)
-    return sock
-
-
-def reachable(endpoint: str, connect: str) -> str:
-    """A tcp endpoint bound on a wildcard address is reached at the host we registered with."""
-    host = urlsplit(endpoint).hostname
-    if endpoint.startswith("tcp://") and host in ("0.0.0.0", "*", "::"):
-        return f"tcp://{urlsplit(connect).hostname}:{endpoint.rsplit(':', 1)[1]}"
-    return endpoint
 
 
 def weights_endpoint_of(connect: str) -> str:
@@ -166,7 +151,7 @@ class FakeCollector:
             raise Refused(str(welcome["refused"]))
         self.welcome = welcome
         self.collector_id = int(welcome["collector_id"])
-        self.endpoint = reachable(str(welcome["data_endpoint"]), connect)
+        self.endpoint = _reachable(str(welcome["data_endpoint"]), connect)
         self.token = bytes.fromhex(str(welcome["data_token"]))
         self.data = _socket(ctx, zmq.DEALER, curve)
         self.data.setsockopt(zmq.ROUTING_ID, self.token)
