@@ -43,6 +43,8 @@ from shared.chunk import (
 )
 
 _ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
+# the flag bits no frame may carry, as uint8: numpy 2 refuses `uint8_array & -8` (a negative Python int)
+_UNKNOWN_FLAGS = np.uint8(0xFF & ~_ALL_FLAGS)
 # |reward| the replay stores. n-step returns are summed in float64 and stored as float32: any n below
 # 3e8 keeps sum_k gamma^k r_k (gamma <= 1) under float32's 3.4e38, so returns, TD errors and priorities
 # stay finite. The head's protocol bound (env.max_abs_reward, default 1e6) is far tighter; this is the
@@ -96,7 +98,7 @@ def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype
     rewards, prio = np.asarray(chunk.rewards), np.asarray(chunk.priorities)
     if (
         actions.min() >= NO_ACTION
-        and not (flags & ~_ALL_FLAGS).any()
+        and not (flags & _UNKNOWN_FLAGS).any()
         and not (end == FLAG_END).any()
         and not ((end != 0) & (actions == NO_ACTION)).any()
         and not (((flags[1:] & FLAG_FIRST) != 0) & (actions[:-1] != NO_ACTION)).any()
@@ -113,7 +115,7 @@ def _explain_bad_values(chunk: TransitionChunk, actions: np.ndarray, flags: np.n
     bad = np.flatnonzero(actions < NO_ACTION)
     if bad.size:
         raise ValueError(f"chunk actions[{bad[0]}]={actions[bad[0]]} is negative but not NO_ACTION ({NO_ACTION})")
-    bad = np.flatnonzero((flags & ~_ALL_FLAGS) != 0)
+    bad = np.flatnonzero((flags & _UNKNOWN_FLAGS) != 0)
     if bad.size:
         raise ValueError(f"chunk flags[{bad[0]}]={flags[bad[0]]} has bits outside FIRST|TERMINATED|TRUNCATED")
     both = np.flatnonzero((flags & FLAG_END) == FLAG_END)

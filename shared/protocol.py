@@ -323,7 +323,9 @@ def decode_chunk(header: Header, parts: Sequence[Any], spec: ObsSpec | None = No
         _explain_rewards(rewards, max_reward)
     if dtype.kind == "f":  # one vectorized pass per bound, no temporaries; integer frames need none
         max_obs = spec.max_abs_obs if spec is not None else DEFAULT_MAX_ABS_OBS
-        lo, hi = frames.min(), frames.max()  # NaN propagates through min/max and fails both tests
+        # NaN propagates through min/max and fails both tests; float() keeps numpy 2 from casting the bound
+        # to float16 (1e6 -> inf)
+        lo, hi = float(frames.min()), float(frames.max())
         if not (lo >= -max_obs and hi <= max_obs):
             _explain_obs(frames, max_obs)
     if not np.isfinite(priorities).all():
