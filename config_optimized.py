@@ -71,7 +71,9 @@ def gpu_workstation_profile() -> Config:
             batch_size=256,
             grad_accum_steps=1,
             precision="auto",  # fp16 + GradScaler (bf16 where supported and asked for)
-            compile_mode="default",
+            # CUDA graphs: a DQN update is ~190 small kernels, so launch overhead, not the GPU, sets the
+            # pace (H100: 181 vs 111 updates/s at batch 512; mode="default" was no faster: BENCHMARKS.md)
+            compile_mode="reduce-overhead",
             lr=2.5e-4,
             warmup_transitions=50_000,
             samples_per_insert=8.0,
@@ -81,20 +83,30 @@ def gpu_workstation_profile() -> Config:
 
 
 def gpu_server_profile() -> Config:
-    """32+ cores and an H100-class GPU: many collectors, effective batch 2048 (512 x 4)."""
+    """16+ cores and an H100-class GPU: every core but two collects, the learner never waits on data.
+
+    Measured on one H100 with 16 cores (BENCHMARKS.md, "GPU figures"): the update is bound by kernel
+    launches on the host (~10 ms of CPU per update eager, 1.3 ms of GPU work), so updates/s barely
+    depend on the batch (111 at 256 and 512, 118 at 2048): take a big batch, it is nearly free, and
+    CUDA graphs. 14 collectors make ~1,430 env steps/s, so the replay ratio, not the GPU, limits updates.
+    """
+    cores = os.cpu_count() or 1
     return Config(
-        collectors=CollectorConfig(count=30, envs_per_collector=32, chunk_steps=128),
+        # two cores stay free: the learner's launch-bound main thread and the head's consolidation thread
+        collectors=CollectorConfig(count=max(1, min(30, cores - 2)), envs_per_collector=32, chunk_steps=128),
         replay=ReplayConfig(capacity=2_000_000, storage_device="auto", gpu_memory_fraction=0.5),
         learner=LearnerConfig(
             device="cuda",
             batch_size=512,
-            grad_accum_steps=4,
+            grad_accum_steps=1,  # 512 (even 2048) fits an 80 GB GPU in one pass: accumulation only adds launches
             precision="bf16",  # H100 supports bf16: no GradScaler needed
-            compile_mode="max-autotune",
+            compile_mode="reduce-overhead",  # CUDA graphs: 181 vs 111 updates/s at batch 512 (H100)
             lr=5e-4,
-            warmup_transitions=100_000,
-            samples_per_insert=8.0,
-            weight_broadcast_every=400,
+            warmup_transitions=50_000,  # ~35 s of 14 collectors
+            # each transition replayed 16 times: ~45 updates/s of 512 at 1,430 env steps/s, a quarter of what
+            # the learner can do, leaving headroom for more collectors (remote ones) before it limits them
+            samples_per_insert=16.0,
+            weight_broadcast_every=100,  # ~2 s at ~45 updates/s
         ),
     )
 
@@ -102,13 +114,13 @@ def gpu_server_profile() -> Config:
 def auto_profile() -> Config:
     """Detect cores, memory and CUDA; start from the nearest profile and fit it to the machine."""
     cores = os.cpu_count() or 1
-    has_cuda = _cuda_available()
-    if not has_cuda:
+    gpu_bytes = _cuda_memory_bytes()
+    if not gpu_bytes:
         base = cpu_profile()
         collectors = max(1, cores if cores <= 2 else cores - 1)  # on >2 cores leave one for the learner
-    elif cores >= 32:
+    elif cores >= 16 and gpu_bytes >= 40 * 2**30:  # a datacenter GPU (A100/H100 class) with the cores to feed it
         base = gpu_server_profile()
-        collectors = cores - 2
+        collectors = base.collectors.count
     else:
         base = gpu_workstation_profile()
         collectors = max(1, cores - 2)
@@ -121,12 +133,15 @@ def auto_profile() -> Config:
     return replace(cfg, replay=replace(cfg.replay, capacity=capacity))
 
 
-def _cuda_available() -> bool:
+def _cuda_memory_bytes() -> int:
+    """Memory of CUDA device 0 in bytes; 0 without torch or CUDA."""
     try:
         import torch
     except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+        return 0
+    if not torch.cuda.is_available():
+        return 0
+    return int(torch.cuda.get_device_properties(0).total_memory)
 
 
 PROFILES = {
