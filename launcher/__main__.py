@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # checked in parse_args; this is the race or the case os.access cannot see
         print(f"error: --run-dir {opts.run_dir}: cannot write there: {_one_line(exc)}", file=sys.stderr)
         return 2
-    from launcher.head import Head, StopAt
+    from launcher.head import FAILURE_REASONS, Head, StopAt
     from learner.checkpoint import CheckpointError
 
     stop = threading.Event()
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         head.close()
     print(f"[DONE] {summary}", flush=True)
-    return 0
+    return 1 if summary.get("reason") in FAILURE_REASONS else 0
 
 
 if __name__ == "__main__":

@@ -55,6 +55,10 @@ class StopAt:
 
 _HEAD_COUNTERS = ("env_steps", "episodes")
 SUPERVISE_EVERY_S = 0.25  # how often the main loop checks collector processes
+# The data plane raising this many times with no chunk accepted in between is a bug on the head's side (a
+# peer's bad input is rejected, never raised): stop with a clear error instead of training on nothing.
+CONSOLIDATION_FAILURE_ROUNDS = 50
+FAILURE_REASONS = frozenset({"consolidation_failed"})  # stop reasons that make `python -m launcher` exit 1
 CHECKPOINT_RETRY_S = 60.0  # after a failed periodic checkpoint (e.g. a full disk)
 
 
@@ -199,6 +203,12 @@ class Head:
                 next_poll = now + SUPERVISE_EVERY_S
                 if stop_at.mean_return is not None and self._window_mean_return() >= stop_at.mean_return:
                     reason = "target_return"
+                    break
+                if self.consolidation.errors_since_accepted >= CONSOLIDATION_FAILURE_ROUNDS:
+                    log.error("the consolidation thread failed %d times without accepting a chunk (last: %s): "
+                              "stopping; this is a bug in the head, please report it with head.log",
+                              self.consolidation.errors_since_accepted, self.consolidation.last_error)
+                    reason = "consolidation_failed"
                     break
             if self.train and now >= next_ckpt:
                 next_ckpt = now + (cfg.learner.checkpoint_every_s if self._try_checkpoint()

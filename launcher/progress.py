@@ -76,6 +76,7 @@ class ProgressTracker:
             "rejected_by_reason": dict(stats.rejected_by_reason),
             "registrations_reclaimed": stats.reclaimed,
             "gaps": stats.gaps,
+            "consolidation_errors": stats.errors,
         }
         for key in ("loss", "td_error", "mean_q", "grad_norm", "data_wait_frac", "ratio_state", "replay_ratio",
                     "compile_s", "samples", "skipped_updates"):
@@ -111,7 +112,8 @@ class ProgressTracker:
             f"flags {r['flags']} lag {_fmt(r['weight_lag'], 1)} "
             f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} "
             f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"
-            f" {r.get('ratio_state', '')}".rstrip()
+            + (f" HEAD ERRORS {r['consolidation_errors']}" if r.get("consolidation_errors") else "")
+            + f" {r.get('ratio_state', '')}".rstrip()
         )
 
 

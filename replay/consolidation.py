@@ -106,6 +106,9 @@ class ConsolidationStats:
     reclaimed: int
     parked: int  # chunks read and waiting for the insert gate
     recent_by_slot: dict[int, list[EpisodeSummary]]  # the last episode_window episodes of each exploration slot
+    errors: int = 0  # rounds that raised: a bug on the head's side (peers' bad input is `rejected` instead)
+    errors_since_accepted: int = 0  # rounds that raised since a chunk was last accepted
+    last_error: str = ""
 
 
 class ConsolidationThread(threading.Thread):
@@ -156,6 +159,8 @@ class ConsolidationThread(threading.Thread):
         self.recent_by_slot: collections.defaultdict[int, collections.deque[EpisodeSummary]] = \
             collections.defaultdict(lambda: collections.deque(maxlen=window))
         self.errors = 0
+        self.errors_since_accepted = 0
+        self.last_error = ""
         # len(ReplayBuffer) belongs to the replay's reader thread; pass a thread-safe size otherwise
         self.buffer_size = buffer_size if buffer_size is not None else (lambda: len(self.replay))
 
@@ -173,11 +178,16 @@ class ConsolidationThread(threading.Thread):
         poller.register(self.registrations.control, zmq.POLLIN)
         try:
             while not self._stop_event.is_set():
+                chunks = self.chunks
                 try:
                     self._round(poller)
-                except Exception as exc:  # noqa: BLE001 - the thread must survive anything
+                except Exception as exc:  # noqa: BLE001 - the thread survives; the head decides (Head.run)
                     self.errors += 1
+                    self.errors_since_accepted += 1
+                    self.last_error = repr(exc)[:300]
                     self._log_once(f"internal:{type(exc).__name__}", "consolidation error: %r", exc)
+                if self.chunks != chunks:
+                    self.errors_since_accepted = 0
         finally:
             self._close_sockets()
 
@@ -412,6 +422,7 @@ class ConsolidationThread(threading.Thread):
                 list(self.recent_episodes), dict(self.transitions_by_slot), self.reclaimed,
                 sum(c["parked"] for c in collectors.values()),
                 {slot: list(episodes) for slot, episodes in self.recent_by_slot.items()},
+                self.errors, self.errors_since_accepted, self.last_error,
             )
 
     def silent_collectors(self, timeout_s: float | None = None) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,3 +122,24 @@ def test_a_killed_collector_leaves_the_live_set(tmp_path) -> None:
         stop.set()
         runner.join(30)
         head.close(checkpoint=False)
+
+
+def test_a_data_plane_that_keeps_raising_stops_the_head_with_a_clear_error(tmp_path, monkeypatch, caplog) -> None:
+    """A bug in writing chunks (numpy 2 once made every chunk raise) must not leave a run training on nothing
+    while every chunk is lost: the head stops with reason consolidation_failed and says why."""
+    monkeypatch.setattr(head_module, "CONSOLIDATION_FAILURE_ROUNDS", 5)
+    head = Head(cartpole(collectors=1), tmp_path / "run")
+
+    def broken(*args, **kwargs):
+        raise OverflowError("Python integer -8 out of bounds for uint8")
+
+    monkeypatch.setattr(head.replay, "add_chunk", broken)
+    try:
+        summary = head.run(StopAt(seconds=60.0), threading.Event())
+    finally:
+        head.close(checkpoint=False)
+    assert summary["reason"] == "consolidation_failed" and summary["env_steps"] == 0
+    assert head.consolidation.stats().errors >= 5
+    assert re.search(r"failed \d+ times without accepting a chunk", caplog.text)
+    assert "out of bounds for uint8" in caplog.text
+    assert head_module.FAILURE_REASONS == {"consolidation_failed"}
