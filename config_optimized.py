@@ -176,6 +176,9 @@ MARIO_PRESET: dict[str, str] = {
     "replay.gamma": "0.9",  # a ~10-step horizon (the PyTorch Mario tutorial's value): dense dx rewards need no more
     "learner.lr": "2.5e-4",
     "learner.target_update_every": "1000",  # ~40 s at CPU update rates
+    # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
+    # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
+    "logging.eval_every_s": "600",
 }
 
 # Cheap envs want a small, fresh replay and a fast-reacting learner. Tuned on CartPole-v1 on the

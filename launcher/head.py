@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import zmq
 
+from launcher.evaluator import PeriodicEvaluator
 from launcher.metrics import MetricsLogger
 from launcher.progress import ProgressTracker
 from launcher.registration import MAX_SOCKETS, Registrar
@@ -143,6 +144,12 @@ class Head:
         self.metrics = MetricsLogger(self.run_dir, cfg)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
         self.checkpoint_failures = 0
+        lg = cfg.logging
+        self.evaluator = PeriodicEvaluator(
+            self.run_dir, lg.eval_every_s if train else 0.0, lg.eval_episodes, lg.eval_epsilon,
+            write_snapshot=lambda d: self.learner.save_eval_snapshot(d, counters={"env_steps": self.env_steps()}),
+            seed=cfg.env.seed,
+        )
 
     def _undo_start(self) -> None:
         """A failed start leaves nothing behind: threads stopped, sockets closed, temp folders removed."""
@@ -204,6 +211,8 @@ class Head:
                 if stop_at.mean_return is not None and self._window_mean_return() >= stop_at.mean_return:
                     reason = "target_return"
                     break
+                self.evaluator.poll({"updates": self.learner.updates, "env_steps": self.env_steps(),
+                                     "elapsed_s": now - started})
                 if self.consolidation.errors_since_accepted >= CONSOLIDATION_FAILURE_ROUNDS:
                     log.error("the consolidation thread failed %d times without accepting a chunk (last: %s): "
                               "stopping; this is a bug in the head, please report it with head.log",
@@ -263,6 +272,9 @@ class Head:
         lstats = self.learner.stats()
         record = self.progress.record(stats, lstats, len(self.replay), self.cfg.replay.capacity,
                                       self.publisher.version, self.supervisor.restarts_total, self.counters)
+        if self.evaluator.last is not None:  # the latest periodic evaluation, for the progress line and metrics
+            record.update({f"eval_{k}": self.evaluator.last[k] for k in ("mean_x_pos", "flag_rate", "mean_return",
+                                                                          "episodes", "updates")})
         print(self.progress.progress_line(record), flush=True)
         print(self.consolidation.processor_line(), flush=True)
         print(self.metrics.main_line(record), flush=True)
@@ -294,6 +306,7 @@ class Head:
         if self._closed:
             return
         self._closed = True
+        self.evaluator.close()
         try:
             self.publisher.stop_collectors()
         except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless

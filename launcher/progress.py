@@ -112,6 +112,8 @@ class ProgressTracker:
             f"flags {r['flags']} lag {_fmt(r['weight_lag'], 1)} "
             f"wait {'-' if wait is None else f'{100 * wait:.0f}%'} "
             f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"
+            + (f" eval x {r['eval_mean_x_pos']:,.0f} flags {round(r['eval_flag_rate'] * r['eval_episodes'])}/"
+               f"{r['eval_episodes']} @{r['eval_updates']:,}" if r.get("eval_episodes") else "")
             + (f" HEAD ERRORS {r['consolidation_errors']}" if r.get("consolidation_errors") else "")
             + f" {r.get('ratio_state', '')}".rstrip()
         )

@@ -74,6 +74,18 @@ class CheckpointData:
 
 
 # ---------------------------------------------------------------------- RNG capture
+def eval_only(data: CheckpointData) -> CheckpointData:
+    """What playing needs and nothing else: the online network in fp32 (the target entry shares its
+    tensors, so torch.save stores them once), no optimizer moments, scaler or RNG streams. Loads like
+    any checkpoint; cannot be resumed from."""
+    online = {k: v.detach().float().contiguous() for k, v in data.model["online"].items()}
+    return CheckpointData(
+        geometry=data.geometry, model={"online": online, "target": online},
+        optimizer={"state": {}, "param_groups": []}, scaler={}, counters=dict(data.counters),
+        config_json=data.config_json, rng={},
+    )
+
+
 def capture_rng() -> dict[str, Any]:
     """Python, numpy (legacy global) and torch CPU/CUDA generator states."""
     py = random.getstate()

@@ -501,6 +501,17 @@ class Learner:
                 return ckpt.save_checkpoint(run_dir, data, replay)
         return ckpt.save_checkpoint(run_dir, data, replay)
 
+    def save_eval_snapshot(self, run_dir: str | Path, counters: Mapping[str, int | float] | None = None) -> Path:
+        """run_dir/checkpoint/ holding only the online weights (`checkpoint.eval_only`): what an evaluation
+        process loads. Cheap: no optimizer state, replay or RNG."""
+        merged = {**dict(counters or {}), **self.counters()}
+        data = ckpt.CheckpointData(
+            geometry=self.geometry, model={"online": self.online.state_dict(), "target": {}}, optimizer={},
+            scaler={}, counters=merged,
+            config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}), rng={},
+        )
+        return ckpt.save_checkpoint(run_dir, ckpt.eval_only(data))
+
     def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:
         """Restore from a run dir or checkpoint dir; returns the stored counters (incl. extra ones).
 

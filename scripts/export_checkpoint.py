@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from learner.checkpoint import CheckpointData, CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
+from learner.checkpoint import CheckpointError, eval_only, load_checkpoint, save_checkpoint  # noqa: E402
 
 MAX_BYTES = 15 * 2**20  # what the repository takes per shipped checkpoint
 
@@ -33,13 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    online = {k: v.detach().float().contiguous() for k, v in data.model["online"].items()}
-    slim = CheckpointData(
-        geometry=data.geometry, model={"online": online, "target": online},
-        optimizer={"state": {}, "param_groups": []}, scaler={}, counters=dict(data.counters),
-        config_json=data.config_json, rng={},
-    )
-    path = save_checkpoint(args.out, slim)
+    path = save_checkpoint(args.out, eval_only(data))
     metrics = (data.path or Path(args.source)).parent / "metrics.jsonl"
     if metrics.is_file():  # the learning curve travels too (make eval draws it)
         shutil.copyfile(metrics, Path(args.out) / "metrics.jsonl")

@@ -1,0 +1,142 @@
+"""Periodic evaluation: snapshots evaluated in a separate process, evals.jsonl rows, best/ kept."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from launcher.evaluator import BEST_DIR, EVALS_DIR, ROWS_FILE, PeriodicEvaluator, score
+from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, LoggingConfig, ReplayConfig, TransportConfig
+
+# Stands in for `python -m evaluate CKPT ... --out DIR`: writes DIR/eval.json with the summary queued in
+# the snapshot's parent (so each test decides what every evaluation "measures"), or fails when asked.
+FAKE_PYTHON = """#!{python}
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+out = Path(args[args.index("--out") + 1])
+queue = out.parent.parent / "queue.json"
+results = json.loads(queue.read_text())
+summary = results.pop(0)
+queue.write_text(json.dumps(results))
+if summary == "fail":
+    print("evaluate: boom", file=sys.stderr)
+    sys.exit(2)
+out.mkdir(parents=True)
+(out / "eval.json").write_text(json.dumps({{"summary": summary}}))
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _summary(flags: float, x: float) -> dict:
+    return {"episodes": 10, "flag_rate": flags, "mean_x_pos": x, "max_x_pos": x, "mean_return": x / 10,
+            "mean_length": 100.0}
+
+
+def _snapshot_writer(tag: list[int]):
+    def write(d: Path) -> Path:
+        (d / "checkpoint").mkdir(parents=True)
+        (d / "checkpoint" / "meta.json").write_text(json.dumps({"tag": tag[0]}))
+        return d / "checkpoint"
+    return write
+
+
+def _run_to_completion(ev: PeriodicEvaluator, clock: Clock, updates: int) -> None:
+    clock.t += ev.every_s
+    ev.poll({"updates": updates, "env_steps": updates * 10})
+    assert ev.running or ev._proc is not None
+    ev._proc.wait(timeout=30)
+    ev.poll({"updates": updates, "env_steps": updates * 10})  # folds the finished one in
+
+
+def test_score_orders_flags_then_distance_then_return() -> None:
+    assert score(_summary(0.5, 1000)) > score(_summary(0.4, 3000))
+    assert score(_summary(0.0, 2000)) > score(_summary(0.0, 1999))
+
+
+def test_best_is_kept_worse_snapshots_are_dropped_and_failures_are_counted(tmp_path) -> None:
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    run = tmp_path / "run"
+    (run / EVALS_DIR).mkdir(parents=True)
+    (run / EVALS_DIR / "queue.json").write_text(json.dumps(
+        [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000), "fail"]))
+    clock, tag = Clock(), [0]
+    ev = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                           clock=clock, python=str(fake))
+    ev.poll({"updates": 1})
+    assert ev._proc is None  # not due yet
+    for updates in (100, 200, 300, 400):
+        tag[0] = updates
+        _run_to_completion(ev, clock, updates)
+    rows = [json.loads(line) for line in (run / ROWS_FILE).read_text().splitlines()]
+    assert [r["updates"] for r in rows] == [100, 200, 300]  # the failed fourth leaves no row
+    assert [r["best"] for r in rows] == [True, True, False]
+    assert ev.completed == 3 and ev.failed == 1
+    assert json.loads((run / BEST_DIR / "checkpoint" / "meta.json").read_text())["tag"] == 200  # flags 0.3 wins
+    assert sorted(p.name for p in (run / EVALS_DIR).iterdir()) == ["queue.json"]  # no snapshot left behind
+    # a resumed run keeps its best: only a better evaluation replaces best/
+    again = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                              clock=clock, python=str(fake))
+    assert again.best == score(_summary(0.3, 900))
+
+
+def test_close_stops_a_running_evaluation_and_leaves_nothing(tmp_path) -> None:
+    sleeper = tmp_path / "slow_python"
+    sleeper.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    sleeper.chmod(0o755)
+    clock = Clock()
+    ev = PeriodicEvaluator(tmp_path / "run", every_s=1, episodes=1, epsilon=0.0, write_snapshot=_snapshot_writer([1]),
+                           clock=clock, python=str(sleeper))
+    clock.t = 2
+    ev.poll({"updates": 5})
+    proc = ev._proc
+    assert proc is not None and proc.poll() is None
+    ev.close()
+    assert proc.poll() is not None
+    assert not (tmp_path / "run" / EVALS_DIR).exists() and not (tmp_path / "run" / BEST_DIR).exists()
+
+
+@pytest.mark.slow
+def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_path) -> None:
+    """Real head, real collector process, real `python -m evaluate` subprocesses on CartPole."""
+    from launcher.head import Head, StopAt
+    from learner.checkpoint import load_checkpoint
+
+    cfg = replace(
+        Config(),
+        env=EnvConfig(env_id="CartPole-v1", max_episode_steps=200),
+        collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
+        replay=ReplayConfig(capacity=10_000),
+        learner=LearnerConfig(device="cpu", precision="fp32", hidden=32, warmup_transitions=200),
+        transport=TransportConfig(port=0),
+        logging=LoggingConfig(eval_every_s=3.0, eval_episodes=2, eval_epsilon=0.0),
+    )
+    head = Head(cfg, tmp_path / "run")
+    try:
+        summary = head.run(StopAt(seconds=25.0), threading.Event())
+    finally:
+        head.close(checkpoint=False)
+    assert summary["updates"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / ROWS_FILE).read_text().splitlines()]
+    assert rows and rows[0]["best"] and rows[0]["episodes"] == 2
+    assert all(r["mean_return"] is not None and r["updates"] >= 0 for r in rows)
+    best = load_checkpoint(tmp_path / "run" / BEST_DIR)
+    assert set(best.model) == {"online", "target"} and not best.optimizer["state"]  # eval-only weights
+    assert best.counters["updates"] == max(r["updates"] for r in rows if r["best"])
+    assert not head.evaluator.running
+    leftovers = list((tmp_path / "run" / EVALS_DIR).iterdir()) if (tmp_path / "run" / EVALS_DIR).exists() else []
+    assert leftovers == []
