@@ -4,7 +4,16 @@ PYTHON ?= python3
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null)
 VENV ?= .venv$(if $(filter 311,$(PY_TAG)),,-py$(PY_TAG))
 VPY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Optional extras on top of dev, comma-separated: EXTRAS=ray for `--launcher ray` (CI installs it for the Ray test).
+EXTRAS ?=
+comma := ,
+# Python >= 3.13 gets no torch by default (setup.cfg): the env tests (test-env) run without it, so only
+# the targets that train (run, bench, eval) add the torch extra there. Below 3.13 torch is a requirement.
+TORCH_EXTRA := $(shell test "$(PY_TAG)" -ge 313 2>/dev/null && echo torch)
+# One stamp per set of extras (.installed-dev, .installed-dev-ray, ...): switching sets installs only what is missing.
+extras_tag = $(subst $(comma),-,$(subst $(eval) ,,$(strip dev $(if $(1),$(comma)$(1)) $(if $(EXTRAS),$(comma)$(EXTRAS)))))
+STAMP := $(VENV)/.installed-$(call extras_tag,)
+TRAIN_STAMP := $(VENV)/.installed-$(call extras_tag,$(TORCH_EXTRA))
 ARGS ?=
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
@@ -17,15 +26,17 @@ export MKL_NUM_THREADS ?= 1
 
 install: $(STAMP)
 
-# Re-install only when the requirements change: a no-op run costs a stat.
-$(STAMP): setup.cfg pyproject.toml
+# Re-install only when the requirements change: a no-op run costs a stat. The stem names the extras
+# (dev-torch-ray installs ".[dev,torch,ray]"); each extra's module must import afterwards.
+$(VENV)/.installed-%: setup.cfg pyproject.toml
 	@test -n "$(PY_TAG)" || { echo "error: PYTHON=$(PYTHON) is not a working Python interpreter" >&2; exit 2; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade "pip>=23" 2>&1 | grep -v '^WARNING: Location' || true
-	$(VPY) -m pip install --quiet -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
-	@$(VPY) -c "import shared, replay, actors, learner, nes_py, gym_super_mario_bros, zmq, cv2" \
+	$(VPY) -m pip install --quiet -e ".[$(subst -,$(comma),$*)]" 2>&1 | grep -v '^WARNING: Location' || true
+	@$(VPY) -c "import shared, replay, actors, learner, nes_py, gym_super_mario_bros, zmq, cv2 \
+		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)" \
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
-	@touch $(STAMP)
+	@touch $@
 
 # Everything CI runs: unit, property, real-emulator, multi-process and learning tests.
 test: install
@@ -41,13 +52,13 @@ ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config
 test-env: install
 	$(VPY) -m pytest -m envonly $(ENV_TESTS) $(PYTEST_ARGS)
 
-run: install
+run: $(TRAIN_STAMP)
 	$(VPY) -m launcher $(ARGS)
 
-bench: install
+bench: $(TRAIN_STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
 
-eval: install
+eval: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo "usage: make eval CHECKPOINT=runs/<run>" >&2; exit 2; }
 	$(VPY) -m evaluate $(CHECKPOINT) $(ARGS)
 
