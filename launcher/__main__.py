@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     # A failing Head() has no object to close: it must release what it made so far (ipc temp dirs,
     # sockets, threads) itself before the exception gets here.
     try:
-        head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume, inprocess=opts.inprocess)
+        head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume, inprocess=opts.inprocess,
+                    launcher=opts.launcher, ray_address=opts.ray_address)
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", _one_line(exc))
         return 2

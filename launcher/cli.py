@@ -43,6 +43,8 @@ class RunOptions:
     target_return: float | None
     train: bool
     inprocess: bool = False  # collectors as threads of the head (debugging: one process, one log)
+    launcher: str = "local"  # who runs the collectors: "local" (child processes) or "ray" (actors on a Ray cluster)
+    ray_address: str = ""  # the Ray cluster to join ("" = Ray's rule: RAY_ADDRESS, else a new local Ray)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--inprocess", action="store_true",
                         help="run collectors as threads of the head over inproc:// sockets (same messages; for "
                              "debugging with one debugger and one log, not for speed)")
+    parser.add_argument("--launcher", choices=("local", "ray"), default="local",
+                        help="who runs the collectors: local child processes (default) or actors on a Ray cluster "
+                             "(needs the ray extra: pip install -e '.[ray]')")
+    parser.add_argument("--ray-address",
+                        help="with --launcher ray: the cluster to join (auto = the one `ray start` made on this "
+                             "node; default: RAY_ADDRESS, else a new Ray on this machine)")
     parser.add_argument("--log-interval", type=float, help="seconds between progress lines")
     parser.add_argument("--seed", type=int, help="base seed")
     return parser
@@ -98,6 +106,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         raise ConfigError(f"--max-seconds={args.max_seconds} is invalid: allowed a finite number >= 0")
     if args.target_return is not None and not math.isfinite(args.target_return):
         raise ConfigError(f"--target-return={args.target_return} is invalid: allowed a finite number")
+    check_launcher(args)
     resume = Path(args.resume) if args.resume else None
     if resume is not None and not resume.is_dir():
         raise ConfigError(f"--resume {resume}: no such run directory")
@@ -115,7 +124,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         target_return=args.target_return,
         train=not args.no_train,
         inprocess=args.inprocess,
+        launcher=args.launcher,
+        ray_address=args.ray_address or "",
     )
+
+
+def check_launcher(args: argparse.Namespace) -> None:
+    """ConfigError for launcher flags that do not go together, or --launcher ray without Ray installed."""
+    if args.launcher != "ray":
+        if args.ray_address is not None:
+            raise ConfigError("--ray-address is invalid without --launcher ray")
+        return
+    if args.inprocess:
+        raise ConfigError("--inprocess is invalid with --launcher ray: in-process collectors are threads of the head")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:  # found, not imported: importing Ray takes seconds
+        from launcher.ray_collectors import RAY_MISSING
+
+        raise ConfigError(RAY_MISSING)
 
 
 def check_run_dir(run_dir: Path) -> None:

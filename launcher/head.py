@@ -29,7 +29,7 @@ from launcher.evaluator import PeriodicEvaluator
 from launcher.metrics import MetricsLogger
 from launcher.progress import ProgressTracker
 from launcher.registration import MAX_SOCKETS, Registrar
-from launcher.supervisor import CollectorSupervisor, ThreadCollectors
+from launcher.supervisor import Collectors, CollectorSupervisor, ThreadCollectors
 from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
 from learner.trainer import Learner
@@ -76,10 +76,12 @@ def resolve_device(name: str) -> torch.device:
 
 class Head:
     def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None,
-                 inprocess: bool = False) -> None:
+                 inprocess: bool = False, launcher: str = "local", ray_address: str = "") -> None:
         self._closed = False
         self._parts: list[Any] = []  # what a failed start must undo, in order of creation
         self.inprocess = inprocess  # collectors as threads over inproc:// (one process, one debugger, one log)
+        self.launcher = launcher  # "local": child processes of the head; "ray": actors on a Ray cluster
+        self.ray_address = ray_address
         try:
             self._start(cfg, run_dir, train, resume)
         except BaseException:
@@ -134,8 +136,17 @@ class Head:
         self._parts.append(self.consolidation)
         self.consolidation.start()
         if self.inprocess:
-            self.supervisor: CollectorSupervisor | ThreadCollectors = ThreadCollectors(
-                cfg.collectors.count, self.ctx, self.consolidation.control_endpoint)
+            self.supervisor: Collectors = ThreadCollectors(cfg.collectors.count, self.ctx,
+                                                           self.consolidation.control_endpoint)
+        elif self.launcher == "ray":
+            from launcher.ray_collectors import RayCollectors  # ray: imported only for this launcher
+
+            self.supervisor = RayCollectors(
+                cfg.collectors.count, self.consolidation.control_endpoint, curve.public if curve else None,
+                registrar.allow, self.consolidation.stall_clock_of_pid, t.stall_timeout_s,
+                on_exit=self.consolidation.forget_pid, address=self.ray_address,
+            )
+            self._parts.append(self.supervisor)  # close(): leave the cluster
         else:
             self.supervisor = CollectorSupervisor(
                 cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,

@@ -34,7 +34,7 @@ import zmq
 from replay.peers import CollectorState
 from shared.config import Config
 from shared.exploration import collector_epsilon
-from shared.keys import CurveServer, load_server, start_authenticator
+from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.protocol import (
     HEADER_SIZE,
     HELLO,
@@ -139,12 +139,14 @@ class Registrar:
         self._next_id = 1
         self._log_budget = LogBudget()  # a HELLO flood must not flood the log
         self.curve: CurveServer | None = None
+        self.allow: AllowList | None = None  # with CURVE: the client keys admitted (the Ray launcher adds its actors')
         self.auth = None
         self.control: zmq.Socket | None = None
         self.ipc_dir = ""
         try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
             if t.curve_keys_dir:
-                self.auth = start_authenticator(self.ctx, t.curve_keys_dir)
+                self.allow = AllowList(t.curve_keys_dir)
+                self.auth = start_authenticator(self.ctx, t.curve_keys_dir, self.allow)
                 self.curve = load_server(t.curve_keys_dir)
             self.control = self._socket(zmq.ROUTER, CONTROL_MAX_MSG)
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")

@@ -1,4 +1,9 @@
-"""Keeps the head's local collector processes alive.
+"""Keeps the head's collectors alive: the `Collectors` seam and its local implementations.
+
+Three implementations share the seam (start / poll / stop / pids / restart counters), so the
+head's loop is the same for each: `CollectorSupervisor` (local processes, the default),
+`ThreadCollectors` (the in-process mode) and `RayCollectors` (launcher/ray_collectors.py:
+actors placed and restarted by a Ray cluster).
 
 Local collectors are started exactly like remote ones (`python -m actors --connect ...`), as
 child processes, so there is one code path for both. The supervisor restarts a collector that
@@ -21,11 +26,43 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger("mario_apex.supervisor")
 
 MIN_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+
+
+class Collectors(Protocol):
+    """What the head's loop needs from whatever runs its collectors."""
+
+    restarts_total: int  # collectors replaced so far (crashed, exited or stalled)
+    stall_kills: int  # of those, collectors killed for not stepping
+
+    def start(self) -> None: ...
+
+    def poll(self) -> None:
+        """Called from the head's loop every SUPERVISE_EVERY_S: notice and replace lost collectors."""
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Ask every collector to stop, wait up to `grace_s`, then kill what is left; no restarts after this."""
+
+    def pids(self) -> list[int]:
+        """Local process ids to SIGKILL on a forced exit (empty when there is nothing local to signal)."""
+
+
+def stalled(started_at: float, clock: tuple[float, bool] | None, now: float, timeout_s: float) -> bool:
+    """Whether a collector started at `started_at` is not stepping: the head was ready to read from it and
+    heard nothing for `timeout_s`. `clock` is the consolidation's (last heard, held by the head now) for it,
+    None before it registered. A collector waiting for the head (flow control) is never stalled."""
+    if now - started_at < timeout_s:
+        return False
+    if clock is not None and clock[1]:
+        return False  # its chunks are held by the head (flow control): not a stall
+    seen = clock[0] if clock is not None else None
+    reference = started_at if seen is None or seen < started_at else seen
+    return now - reference > timeout_s
 
 
 @dataclass
@@ -135,14 +172,8 @@ class CollectorSupervisor:
 
     # ------------------------------------------------------------------ internals
     def _stalled(self, slot: _Slot, now: float) -> bool:
-        if now - slot.started_at < self._stall_timeout_s:
-            return False
         clock = self._stall_clock(slot.process.pid) if slot.process is not None else None
-        if clock is not None and clock[1]:
-            return False  # its chunks are held by the head (flow control): not a stall
-        seen = clock[0] if clock is not None else None
-        reference = slot.started_at if seen is None or seen < slot.started_at else seen
-        return now - reference > self._stall_timeout_s
+        return stalled(slot.started_at, clock, now, self._stall_timeout_s)
 
     def _spawn(self, slot: _Slot) -> None:
         argv = self._command(slot.index)

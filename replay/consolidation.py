@@ -147,7 +147,7 @@ class ConsolidationThread(threading.Thread):
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self._forget: collections.deque[int] = collections.deque()
-        self._forget_pids: collections.deque[int] = collections.deque()
+        self._forget_pids: collections.deque[tuple[int, str]] = collections.deque()
         self._log_budget = LogBudget()  # reclaim lines: a HELLO flood must not flood the log
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY_S
         self.transitions = self.chunks = self.rejected = self.gaps = 0
@@ -195,9 +195,10 @@ class ConsolidationThread(threading.Thread):
         """Reclaim a (dead or replaced) collector's registration; the thread does it on its next round."""
         self._forget.append(collector_id)
 
-    def forget_pid(self, pid: int) -> None:
-        """Reclaim every registration of the local process `pid` (the supervisor replaced or lost it)."""
-        self._forget_pids.append(pid)
+    def forget_pid(self, pid: int, host: str | None = None) -> None:
+        """Reclaim every registration of process `pid` on `host` (default: this machine); the supervisor
+        replaced or lost it."""
+        self._forget_pids.append((pid, host or self.hostname))
 
     def _round(self, poller: zmq.Poller) -> None:
         self._reclaim(poller, time.monotonic())
@@ -304,9 +305,9 @@ class ConsolidationThread(threading.Thread):
             if state is not None:
                 state.closed = True
         while self._forget_pids:
-            pid = self._forget_pids.popleft()
+            pid, host = self._forget_pids.popleft()
             for state in self.collectors.values():
-                if state.pid == pid and state.host == self.hostname:
+                if state.pid == pid and state.host == host:
                     state.closed = True
         if now >= self._next_reclaim:
             self._next_reclaim = now + RECLAIM_EVERY_S
@@ -432,12 +433,13 @@ class ConsolidationThread(threading.Thread):
         with self._lock:
             return [c for c, s in self.collectors.items() if not s.closed and now - s.stall_clock > limit]
 
-    def stall_clock_of_pid(self, pid: int) -> tuple[float, bool] | None:
-        """(newest time the local process `pid` was heard from or held, whether the head holds its chunks
-        now); None when it has no open registration (the supervisor's stall check). A HEARTBEAT saying
-        "waiting" refreshes the clock like any message; it cannot freeze it."""
+    def stall_clock_of_pid(self, pid: int, host: str | None = None) -> tuple[float, bool] | None:
+        """(newest time process `pid` on `host` (default: this machine) was heard from or held, whether the
+        head holds its chunks now); None when it has no open registration (the supervisor's stall check). A
+        HEARTBEAT saying "waiting" refreshes the clock like any message; it cannot freeze it."""
+        host = host or self.hostname
         with self._lock:
-            mine = [s for s in self.collectors.values() if s.pid == pid and s.host == self.hostname and not s.closed]
+            mine = [s for s in self.collectors.values() if s.pid == pid and s.host == host and not s.closed]
             if not mine:
                 return None
             return max(s.stall_clock for s in mine), any(s.held_by_head() for s in mine)

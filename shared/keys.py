@@ -2,7 +2,8 @@
 
 Layout of DIR: server.key / server.key_secret (the head), client.key / client.key_secret (the
 collectors), and authorized_clients/ holding the public keys the head accepts. Every head
-socket is a CURVE server; a ZAP authenticator admits only keys in authorized_clients/ and
+socket is a CURVE server; a ZAP authenticator admits only keys in authorized_clients/ (plus
+public keys the head admits at run time: the Ray launcher's per-actor keys, see `AllowList`) and
 logs each refusal ("ZAP DENIED") so a misconfigured collector is visible at the head.
 """
 
@@ -12,6 +13,7 @@ import argparse
 import logging
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,11 +129,37 @@ class LoggingAuthenticator(ThreadAuthenticator):
         super()._send_zap_reply(request_id, status_code, status_text, user_id)
 
 
-def start_authenticator(context: zmq.Context, directory: str | os.PathLike[str]) -> LoggingAuthenticator:
-    """Admit only the client public keys in DIR/authorized_clients (call before binding)."""
+class AllowList:
+    """The client public keys the head admits: DIR/authorized_clients (read once) plus keys added at run time.
+
+    Run-time keys are public keys whose secrets were made where they are used (the Ray launcher's
+    per-actor key pairs); `add`/`discard` are called from the head's thread, `callback` from the ZAP
+    thread on every handshake (pyzmq's credentials-provider interface)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._fixed = frozenset(zmq.auth.load_certificates(str(Path(directory) / AUTHORIZED)))
+        self._added: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def add(self, public_z85: str) -> None:
+        with self._lock:
+            self._added.add(public_z85.encode())
+
+    def discard(self, public_z85: str) -> None:
+        with self._lock:
+            self._added.discard(public_z85.encode())
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        with self._lock:
+            return key in self._fixed or key in self._added
+
+
+def start_authenticator(context: zmq.Context, directory: str | os.PathLike[str],
+                        allow: AllowList | None = None) -> LoggingAuthenticator:
+    """Admit only the client public keys in `allow` (default: DIR/authorized_clients) (call before binding)."""
     auth = LoggingAuthenticator(context)
     auth.start()
-    auth.configure_curve(domain="*", location=str(Path(directory) / AUTHORIZED))
+    auth.configure_curve_callback(domain="*", credentials_provider=allow or AllowList(directory))
     return auth
 
 
