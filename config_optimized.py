@@ -57,6 +57,9 @@ def cpu_profile() -> Config:
             samples_per_insert=8.0,
             max_insert_lead=2000,
             weight_broadcast_every=100,
+            # 100k frames: ~0.7 GB and a few seconds per checkpoint, so a run in segments (--resume) goes on
+            # with the replay it had instead of refilling it (tests/test_resume.py)
+            save_replay=True,
         ),
     )
 

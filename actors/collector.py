@@ -20,7 +20,7 @@ import torch
 from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
-from shared.env_factory import env_spec_of, episode_info, make_env
+from shared.env_factory import env_spec_of, episode_continues, episode_info, make_env
 from shared.exploration import annealed_epsilon
 from shared.network import build_q_network
 from shared.protocol import EpisodeSummary
@@ -93,12 +93,14 @@ class Collector:
     def _frame(self, obs: Any) -> np.ndarray:
         return np.array(obs, dtype=self.obs_dtype, copy=True)
 
-    def _begin(self, i: int, obs: Any) -> None:
+    def _begin(self, i: int, obs: Any, new_episode: bool = True) -> None:
+        """Start a stream segment at `obs`; `new_episode=False` after a lost life (the game and its totals go on)."""
         frame = self._frame(obs)
         self.recorders[i].begin_episode(frame)
         self.stacks[i] = frame  # pad with the first frame: the shared.chunk convention
-        self.returns[i] = 0.0
-        self.lengths[i] = 0
+        if new_episode:
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
 
     def _q(self, stacks: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
@@ -145,22 +147,26 @@ class Collector:
             rec = self.recorders[i]
             index = rec.record_step(int(actions[i]), float(reward) * self.reward_scale, frame, bool(terminated),
                                     bool(truncated))
-            self.returns[i] += float(reward)
+            self.returns[i] += float(info.get("raw_reward", reward))  # the game's score where the env clips (Atari)
             self.lengths[i] += 1
             self.stacks[i, :-1] = self.stacks[i, 1:]
             self.stacks[i, -1] = frame
             if terminated or truncated:
                 if truncated and not terminated:
                     truncated_finals.append((i, index, self.stacks[i].copy()))
-                x_pos, flag_get, world, stage = episode_info(info)
-                summary = EpisodeSummary(i, int(self.lengths[i]), float(self.returns[i]), x_pos, flag_get, world, stage)
-                self.episodes += 1
-                if not self.link.send_episode(summary):
-                    return False
+                # a lost life (Atari): terminal for learning above, but the episode reported is the whole game
+                continues = episode_continues(info)
+                if not continues:
+                    x_pos, flag_get, world, stage = episode_info(info)
+                    summary = EpisodeSummary(i, int(self.lengths[i]), float(self.returns[i]), x_pos, flag_get,
+                                             world, stage)
+                    self.episodes += 1
+                    if not self.link.send_episode(summary):
+                        return False
                 t0 = time.perf_counter()
-                obs, _ = env.reset()
+                obs, _ = env.reset()  # after a lost life: the same game goes on
                 env_s += time.perf_counter() - t0
-                self._begin(i, obs)
+                self._begin(i, obs, new_episode=not continues)
         if truncated_finals:  # the bootstrap Q of a truncated episode's final observation
             q_final = self._q(np.stack([s for _, _, s in truncated_finals]))
             for (i, index, _), row in zip(truncated_finals, q_final, strict=True):

@@ -75,7 +75,7 @@ def play_episode(env: Any, policy: Policy, stack: int, episode: int, *, seed: in
                  max_steps: int | None = None, frames: FrameRecorder | None = None,
                  source: FrameSource | None = None) -> EpisodeResult:
     """One episode with a rolling stack of the last `stack` observations (padded with the first)."""
-    from shared.env_factory import episode_info
+    from shared.env_factory import episode_continues, episode_info
 
     obs, info = env.reset(seed=seed)
     first = np.asarray(obs)
@@ -86,13 +86,17 @@ def play_episode(env: Any, policy: Policy, stack: int, episode: int, *, seed: in
     total, steps, flag, ended_by = 0.0, 0, False, "max_steps"
     while max_steps is None or steps < max_steps:
         obs, reward, terminated, truncated, info = env.step(policy(stacked))
-        total += float(reward)
+        total += float(info.get("raw_reward", reward))  # the game's score where the env clips (Atari)
         steps += 1
         flag = flag or bool(info.get("flag_get", False))
         stacked[:-1] = stacked[1:]
         stacked[-1] = obs
         if frames is not None and source is not None and (pic := source.grab(obs)) is not None:
             frames.add(pic)
+        if terminated and episode_continues(info):  # a lost life (Atari): the game goes on, the stack restarts
+            obs, info = env.reset()
+            stacked[:] = np.asarray(obs)
+            continue
         if terminated or truncated:
             ended_by = "terminated" if terminated else "truncated"
             break

@@ -22,6 +22,7 @@ from shared.sizes import available_memory_bytes, next_pow2
 
 MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 MARIO_PREFIX = "SuperMarioBros"
+ATARI_PREFIX = "ALE/"  # ale-py's Gymnasium namespace: ALE/Pong-v5, ALE/Breakout-v5, ...
 ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (shared/mario_actions.py)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -34,15 +35,22 @@ def is_mario(env_id: str) -> bool:
     return env_id.startswith(MARIO_PREFIX)
 
 
+def is_atari(env_id: str) -> bool:
+    """ALE ids get the Atari preprocessing (shared/atari_env.py) and the Atari preset."""
+    return isinstance(env_id, str) and env_id.startswith(ATARI_PREFIX)
+
+
 class ConfigError(ValueError):
     """A configuration value is outside what is allowed; the message names field and value."""
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    env_id: str = MARIO_DEFAULT_ENV  # any registered Gymnasium id; Mario ids get the Mario wrapper
+    # any registered Gymnasium id; Mario ids get the Mario wrapper, ALE/ ids the Atari preprocessing, other
+    # envs with (H, W, C) uint8 image observations grayscale + resize (all three take the CNN image path)
+    env_id: str = MARIO_DEFAULT_ENV
     action_set: str = "simple"  # right_only (5) learns fastest, complex (12) can do more
-    frame_skip: int = 4  # emulator frames per agent step: higher = faster, coarser control
+    frame_skip: int = 4  # emulator frames per agent step (Mario, Atari): higher = faster, coarser control
     frame_size: int = 84  # square side of the grayscale observation: smaller = faster nets, less detail
     frame_stack: int = 4  # frames per network input for image envs (vector envs use 1)
     clip_rewards: bool = False  # clip rewards to [-1, 1]: stabler across games, loses magnitude
@@ -55,7 +63,12 @@ class EnvConfig:
     # higher admits envs with huge rewards, lower catches a broken collector sooner.
     max_abs_reward: float = 1e6
     max_abs_obs: float = 1e6  # largest |value| of a float observation the head accepts (integer frames unchecked)
-    life_loss_terminal: bool = True  # end episodes on life loss: denser signal, shorter episodes
+    # Life loss is terminal for learning: denser signal, shorter bootstrap chains. Mario ends the episode there;
+    # Atari flags the transition terminal and plays on, so reported episodes are whole games
+    life_loss_terminal: bool = True
+    # Atari: a reset plays 1..noop_max random NOOP frames (0 = none): varied starts against a deterministic
+    # emulator (less memorizing of one trajectory) for at most noop_max wasted frames per game
+    noop_max: int = 30
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
     seed: int = 0  # base seed; each collector/env derives its own from it
 
@@ -362,6 +375,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("env.frame_size", e.frame_size, 16, 256)
     _int_range("env.frame_stack", e.frame_stack, 1, 16)
     _int_range("env.max_episode_steps", e.max_episode_steps, 1)
+    _int_range("env.noop_max", e.noop_max, 0, 1000)
     _int_range("env.seed", e.seed, 0, 2**31 - 1)
 
     _int_range("collectors.count", c.count, 0, 1024)

@@ -1,4 +1,4 @@
-"""Build the training env from an EnvConfig: Mario gets the fused Mario env, anything else passes through.
+"""Build the training env from an EnvConfig: Mario and Atari get their fused envs, images a gray frame, the rest passes through.
 
 Why one factory: collectors, the evaluator and tests must build bit-identical envs from the
 same config, and the learner/replay must size buffers from the same config without stepping
@@ -8,8 +8,15 @@ Mario ids (SMB1 only; the reward reads SMB1 RAM):
     SuperMarioBros-vN        full game (N = 0 vanilla; 1/2/3 = downsample/pixel/rectangle ROMs,
                               only on gym-super-mario-bros 7.4)
     SuperMarioBros-W-S-vN    one stage, W in 1..8, S in 1..4
+Atari ids (ale-py, ROMs in its wheel): ALE/<Game>-v5 -> shared/atari_env.py, the standard DQN
+preprocessing (no-op starts, skip + max-pool, 84x84 gray, life loss terminal, FIRE reset, clipping).
 Any other registered Gymnasium id (CartPole-v1, ApeXCounting-v0, ...): `gymnasium.make(id)` with
-a TimeLimit of max_episode_steps and no preprocessing (vector observations stay vectors).
+a TimeLimit of max_episode_steps; an (H, W, C) uint8 image observation becomes one gray
+frame_size x frame_size frame (shared/image_obs.py), anything else is left as it is (vector
+observations stay vectors, 2-D uint8 frames stay frames).
+
+Image path vs vector path: the network takes the Nature CNN for 2-D observations and the MLP
+otherwise (shared/network.py is_image_obs); `describe_env` says which one an env got.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import re
 import gymnasium as gym
 import numpy as np
 
-from shared.config import ConfigError, EnvConfig, is_mario
+from shared.atari_env import EPISODE_CONTINUES  # no emulator: ale-py is imported when an Atari env is built
+from shared.config import ConfigError, EnvConfig, is_atari, is_mario
+from shared.image_obs import GrayResizeObservation, is_image_space
 from shared.mario_actions import check_action_set, num_actions
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
@@ -50,9 +59,21 @@ def parse_mario_id(env_id: str) -> tuple[tuple[int, int] | None, str]:
 
 
 def _ensure_registered(env_id: str) -> None:
-    """Register the project's own envs, then fail with suggestions if the id is still unknown."""
+    """Register the project's own envs (and ale-py's for ALE/ ids), then fail with suggestions if the id is still unknown."""
     import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0 on import)
 
+    if is_atari(env_id):
+        from shared.atari_env import register_ale
+
+        try:
+            register_ale()
+        except ImportError as exc:
+            raise ConfigError(f"env {env_id!r} cannot be built: {' '.join(str(exc).split())}") from exc
+        if env_id not in gym.registry:
+            games = [key for key in gym.registry if is_atari(key)]
+            close = difflib.get_close_matches(env_id, games, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else f"e.g. {', '.join(games[:3])}"
+            raise ConfigError(f"unknown Atari env id {env_id!r}: ale-py has {len(games)} ALE/<Game>-v5 ids; {hint}")
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -73,7 +94,7 @@ def check_env_id(env_id: object) -> None:
 
 
 def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
-    """Build the env `env_config` describes (not yet reset: call reset(seed=...))."""
+    """Build the env `env_config` describes (not yet reset: call reset(seed=...)); see the module docstring."""
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
     check_env_id(env_id)
@@ -92,13 +113,29 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
             rom_mode=rom_mode,
             render_mode=render_mode,
         )
+    if is_atari(env_id):
+        from shared.atari_env import make_atari_env  # imported lazily: it loads the emulator
+
+        return make_atari_env(
+            env_id,
+            frame_skip=env_config.frame_skip,
+            frame_size=env_config.frame_size,
+            noop_max=env_config.noop_max,
+            clip_rewards=env_config.clip_rewards,
+            life_loss_terminal=env_config.life_loss_terminal,
+            max_episode_steps=env_config.max_episode_steps,
+            render_mode=render_mode,
+        )
     kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes one
-    return gym.make(
+    env = gym.make(
         env_id,
         max_episode_steps=env_config.max_episode_steps,
         disable_env_checker=True,  # the passive checker costs per step; tests run check_env instead
         **kwargs,
     )
+    if is_image_space(env.observation_space):  # the image path: one gray frame per step, as Mario's
+        return GrayResizeObservation(env, env_config.frame_size)
+    return env
 
 
 def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, int]:
@@ -138,6 +175,45 @@ def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, 
     shape = tuple(int(d) for d in obs_space.shape)
     stack = env_config.frame_stack if len(shape) == 2 else 1
     return shape, np.dtype(obs_space.dtype), int(act_space.n), stack
+
+
+def describe_env(env_config: EnvConfig) -> str:
+    """What the env became, for the head's first log line: preprocessing, the image or vector path, actions.
+
+    Builds the env (not Mario's: its description comes from the config) and closes it; errors as `env_spec_of`.
+    """
+    e = env_config
+    env_id = e.env_id
+    shape, dtype, num_actions, stack = env_spec_of(e)
+    # the network's rule (shared/network.py is_image_obs): 2-D observations take the CNN
+    path = (f"image path: Nature CNN on {stack} x {shape[0]}x{shape[1]} {dtype}" if len(shape) == 2
+            else f"vector path: MLP on {stack} x {shape} {dtype}")
+    if is_mario(env_id):
+        source = f"Mario wrapper ({e.action_set} actions, skip {e.frame_skip} + max-pool, {e.frame_size}x{e.frame_size} gray)"
+        return f"{source}; {path}, {num_actions} actions"
+    env = make_env(e)
+    try:
+        if is_atari(env_id):
+            source = (f"Atari preprocessing (no-op starts <= {e.noop_max}, skip {e.frame_skip} + max-pool, "
+                      f"{e.frame_size}x{e.frame_size} gray, life loss terminal {'on' if e.life_loss_terminal else 'off'}, "
+                      f"FIRE reset {'on' if env.unwrapped.needs_fire else 'off (no FIRE action)'}, "
+                      f"reward clipping {'on' if e.clip_rewards else 'off'}, sticky actions "
+                      f"{env.unwrapped.repeat_action_probability:g})")
+            actions = " ".join(env.unwrapped.action_meanings)
+            return f"{source}; {path}, {num_actions} actions ({actions})"
+        if isinstance(env, GrayResizeObservation):
+            source = f"image observation {env.source_shape} uint8 -> gray {e.frame_size}x{e.frame_size}"
+        else:
+            source = "observation as the env gives it"
+    finally:
+        env.close()
+    return f"{source}; {path}, {num_actions} actions"
+
+
+def episode_continues(info: dict) -> bool:
+    """True when a terminated step ended a life, not the game: terminal for learning, the episode goes on
+    (the next `reset()` resumes the game). Set by Atari with life_loss_terminal; False for every other env."""
+    return bool(info.get(EPISODE_CONTINUES, False))
 
 
 def episode_info(info: dict) -> tuple[int, bool, int, int]:
