@@ -25,10 +25,11 @@ from typing import Any
 import torch
 import zmq
 
+from launcher.evaluator import PeriodicEvaluator
 from launcher.metrics import MetricsLogger
 from launcher.progress import ProgressTracker
 from launcher.registration import MAX_SOCKETS, Registrar
-from launcher.supervisor import CollectorSupervisor, ThreadCollectors
+from launcher.supervisor import Collectors, CollectorSupervisor, ThreadCollectors
 from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
 from learner.trainer import Learner
@@ -75,10 +76,12 @@ def resolve_device(name: str) -> torch.device:
 
 class Head:
     def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None,
-                 inprocess: bool = False) -> None:
+                 inprocess: bool = False, launcher: str = "local", ray_address: str = "") -> None:
         self._closed = False
         self._parts: list[Any] = []  # what a failed start must undo, in order of creation
         self.inprocess = inprocess  # collectors as threads over inproc:// (one process, one debugger, one log)
+        self.launcher = launcher  # "local": child processes of the head; "ray": actors on a Ray cluster
+        self.ray_address = ray_address
         try:
             self._start(cfg, run_dir, train, resume)
         except BaseException:
@@ -134,8 +137,17 @@ class Head:
         self._parts.append(self.consolidation)
         self.consolidation.start()
         if self.inprocess:
-            self.supervisor: CollectorSupervisor | ThreadCollectors = ThreadCollectors(
-                cfg.collectors.count, self.ctx, self.consolidation.control_endpoint)
+            self.supervisor: Collectors = ThreadCollectors(cfg.collectors.count, self.ctx,
+                                                           self.consolidation.control_endpoint)
+        elif self.launcher == "ray":
+            from launcher.ray_collectors import RayCollectors  # ray: imported only for this launcher
+
+            self.supervisor = RayCollectors(
+                cfg.collectors.count, self.consolidation.control_endpoint, curve.public if curve else None,
+                registrar.allow, self.consolidation.stall_clock_of_pid, t.stall_timeout_s,
+                on_exit=self.consolidation.forget_pid, address=self.ray_address,
+            )
+            self._parts.append(self.supervisor)  # close(): leave the cluster
         else:
             self.supervisor = CollectorSupervisor(
                 cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
@@ -144,6 +156,12 @@ class Head:
         self.metrics = MetricsLogger(self.run_dir, cfg)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
         self.checkpoint_failures = 0
+        lg = cfg.logging
+        self.evaluator = PeriodicEvaluator(
+            self.run_dir, lg.eval_every_s if train else 0.0, lg.eval_episodes, lg.eval_epsilon,
+            write_snapshot=lambda d: self.learner.save_eval_snapshot(d, counters={"env_steps": self.env_steps()}),
+            seed=cfg.env.seed,
+        )
 
     def _undo_start(self) -> None:
         """A failed start leaves nothing behind: threads stopped, sockets closed, temp folders removed."""
@@ -205,6 +223,8 @@ class Head:
                 if stop_at.mean_return is not None and self._window_mean_return() >= stop_at.mean_return:
                     reason = "target_return"
                     break
+                self.evaluator.poll({"updates": self.learner.updates, "env_steps": self.env_steps(),
+                                     "elapsed_s": now - started})
                 if self.consolidation.errors_since_accepted >= CONSOLIDATION_FAILURE_ROUNDS:
                     log.error("the consolidation thread failed %d times without accepting a chunk (last: %s): "
                               "stopping; this is a bug in the head, please report it with head.log",
@@ -264,6 +284,9 @@ class Head:
         lstats = self.learner.stats()
         record = self.progress.record(stats, lstats, len(self.replay), self.cfg.replay.capacity,
                                       self.publisher.version, self.supervisor.restarts_total, self.counters)
+        if self.evaluator.last is not None:  # the latest periodic evaluation, for the progress line and metrics
+            record.update({f"eval_{k}": self.evaluator.last[k] for k in ("mean_x_pos", "flag_rate", "mean_return",
+                                                                          "episodes", "updates")})
         print(self.progress.progress_line(record), flush=True)
         print(self.consolidation.processor_line(), flush=True)
         print(self.metrics.main_line(record), flush=True)
@@ -295,6 +318,7 @@ class Head:
         if self._closed:
             return
         self._closed = True
+        self.evaluator.close()
         try:
             self.publisher.stop_collectors()
         except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless
