@@ -33,6 +33,7 @@ from shared.config import (
     TransportConfig,
     available_memory_bytes,
     estimate_replay_bytes,
+    is_atari,
     is_mario,
 )
 
@@ -226,6 +227,32 @@ ACROBOT_PRESET: dict[str, str] = {
     "collectors.eps_base": "0.4",
 }
 
+# Atari (every ALE/<Game>-v5 id): the DQN-standard values (Mnih et al. 2015; Ape-X, Horgan et al. 2018;
+# Rainbow's Adam). UNTESTED for learning on this 2-core CPU: only a 3,000-step run is measured (the test
+# suite); a Pong run that learns needs hours of CPU or a GPU. Hardware-sized fields (replay capacity, batch,
+# warmup, collectors) stay the profile's.
+ATARI_PRESET: dict[str, str] = {
+    "env.frame_skip": "4",  # the standard skip: 15 decisions/s; Pong and Breakout need no finer control
+    "env.frame_size": "84",  # 84x84 gray (Nature DQN): ~7 KiB a replay slot; smaller loses the ball in Pong
+    "env.frame_stack": "4",  # 4 frames give the ball's velocity; more slows the CNN's first layer
+    "env.noop_max": "30",  # up to 30 no-op frames at a reset: varied starts against a deterministic emulator
+    "env.life_loss_terminal": "true",  # a lost life is terminal for learning: faster credit for deaths
+    # clip to [-1, 1]: one learning rate across games whose scores differ by 1000x; loses reward magnitude
+    # (Pong's +-1 unaffected). Episode returns are reported as the unclipped game score
+    "env.clip_rewards": "true",
+    "env.reward_scale": "1.0",  # clipped rewards are already O(1)
+    "env.max_episode_steps": "27000",  # 108,000 frames = 30 min of play, ALE v5's own cap: bounds stuck games
+    "replay.gamma": "0.99",  # ~100-step horizon: Atari rewards come seconds after the action that earned them
+    "replay.n_step": "3",  # Ape-X/Rainbow: faster credit assignment for a little off-policy bias
+    "learner.lr": "1e-4",  # Adam at batch 32 (CleanRL's Atari DQN); Rainbow's 6.25e-5 is stabler, slower
+    "learner.adam_eps": "1.5e-4",  # Rainbow's: keeps small-gradient Adam steps from blowing up
+    "learner.hidden": "512",  # the Nature head: 512 units over the CNN's 3,136 features
+    "learner.target_update_every": "2500",  # Ape-X's period: stabler targets, slower propagation (~100 s on CPU)
+    "collectors.eps_base": "0.4",  # Ape-X: epsilon_i = 0.4 ** (1 + 7 i / (N - 1)), a fixed spread per collector
+    "collectors.eps_alpha": "7",
+    "collectors.eps_decay_updates": "0",  # Ape-X's fixed epsilons: the spread explores, no anneal to wait for
+}
+
 ENV_PRESETS: dict[str, dict[str, str]] = {
     "CartPole-v1": CARTPOLE_PRESET,
     "Acrobot-v1": ACROBOT_PRESET,
@@ -233,12 +260,14 @@ ENV_PRESETS: dict[str, dict[str, str]] = {
 
 
 def env_preset(env_id: str) -> dict[str, str]:
-    """The preset for `env_id` (a copy): ENV_PRESETS by exact id, else Mario's for SuperMarioBros ids,
-    else SMALL_ENV_PRESET (any other Gymnasium id is taken to be a cheap vector env)."""
+    """The preset for `env_id` (a copy): ENV_PRESETS by exact id, else Mario's for SuperMarioBros ids, Atari's
+    for ALE/ ids, else SMALL_ENV_PRESET (any other Gymnasium id is taken to be a cheap vector env)."""
     if env_id in ENV_PRESETS:
         return dict(ENV_PRESETS[env_id])
     if is_mario(env_id):
         return dict(MARIO_PRESET)
+    if is_atari(env_id):
+        return dict(ATARI_PRESET)
     return dict(SMALL_ENV_PRESET)
 
 
