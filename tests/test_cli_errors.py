@@ -82,7 +82,8 @@ CASES = [
     ("set-mario-version", ["--set", "env.env_id=SuperMarioBros-1-1-v7"],
      ["SuperMarioBros-1-1-v7", "N 0-3", "SuperMarioBros-1-1-v3"]),
     ("mario-prefix", ["--env", "SuperMarioBros3-v0"], ["SuperMarioBros3-v0", "not supported"]),
-    ("ale-without-ale-py", ["--env", "ALE/Pong-v5"], ["ALE/Pong-v5", "not a registered Gymnasium id"]),
+    ("ale-without-ale-py", ["--env", "ALE/Pong-v5"], ["ALE/Pong-v5", "cannot be built", "ale-py"]),
+    ("ale-unknown", ["--env", "ALE/Nope-v5"], ["ALE/Nope-v5", "unknown Atari env id", "did you mean", "ALE/Pong-v5"]),
     ("frame-too-small", ["--set", "env.frame_size=32"], ["env.frame_size=32", "36"]),
     ("max-seconds-nan", ["--max-seconds", "nan"], ["--max-seconds=nan", "finite"]),
     ("max-seconds-inf", ["--max-seconds", "inf"], ["--max-seconds=inf", "finite"]),
@@ -115,13 +116,13 @@ CASES = [
     ("resume-missing", ["--resume", "{tmp}/nothere"], ["--resume", "{tmp}/nothere", "no such run directory"]),
 ]
 # the real child processes: one per kind of check (flags, config, env, memory, keys, run dir, port, device)
-SUBPROCESS = ("env-unknown", "env-continuous", "set-mario-version", "max-seconds-nan", "max-seconds-text",
+SUBPROCESS = ("env-unknown", "env-continuous", "ale-unknown", "set-mario-version", "max-seconds-nan", "max-seconds-text",
               "hidden-too-big", "bind-ipv6", "bind-not-here", "port-in-use", "run-dir-is-file", "keys-empty", "device-cuda")
 
 
 def _skip_reason(case_id: str) -> str | None:
     if case_id == "ale-without-ale-py" and importlib.util.find_spec("ale_py") is not None:
-        return "ale_py is installed: ALE ids are registered (RGB envs are another issue)"
+        return "ale_py is installed (setup.cfg pins it): ALE ids are registered"
     if case_id == "device-cuda" and not _no_cuda():
         return "this machine has a CUDA device"
     return None
