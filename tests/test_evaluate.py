@@ -20,7 +20,8 @@ from PIL import Image
 
 from evaluate.evaluate import find_baseline
 from evaluate.evaluate import main as evaluate_main
-from evaluate.plots import plot_learning_curve, read_metrics
+from evaluate.plots import _evals, _wall_minutes, plot_learning_curve, plot_runs, read_metrics
+from evaluate.plots import main as plots_main
 from evaluate.video import FrameRecorder, to_rgb, write_gif
 from shared.config import Config, EnvConfig
 from shared.fake_env import COUNTING_ENV_ID
@@ -157,6 +158,33 @@ def test_to_rgb_and_gif(tmp_path: Path) -> None:
     assert (n, size, fmt) == (3, (8, 8), "GIF")
 
 
+def test_wall_minutes_join_resumed_segments() -> None:
+    rows = [{"elapsed_s": 60}, {"elapsed_s": 120}, {"elapsed_s": 30}, {"elapsed_s": 90}, {"x": 1}]
+    assert _wall_minutes(rows) == [1.0, 2.0, 2.5, 3.5, None]  # the second segment starts where the first ended
+
+
+def test_plot_runs_overlays_runs_with_their_periodic_evaluations(tmp_path: Path) -> None:
+    for name, slope in (("a", 1), ("b", 2)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(
+            {"env_steps": i * 100, "elapsed_s": i * 10.0, "mean_x_pos_20": 100 + slope * i, "mean_return_20": i,
+             "mean_x_pos_20_greedy": 110 + slope * i, "mean_return_20_greedy": i + 1}) for i in range(6)))
+        (run / "evals.jsonl").write_text(json.dumps({"env_steps": 250, "mean_x_pos": 300.0, "mean_return": 5.0,
+                                                     "flag_rate": 0.1}) + "\n")
+    rows = read_metrics(tmp_path / "a" / "metrics.jsonl")
+    evals = _evals(tmp_path / "a" / "metrics.jsonl", rows)
+    assert evals == [{"env_steps": 250.0, "minutes": 0.5, "mean_x_pos": 300.0, "mean_return": 5.0, "flag_rate": 0.1}]
+    png = plot_runs([("seed 0", tmp_path / "a"), ("seed 1", tmp_path / "b" / "metrics.jsonl")], tmp_path / "r.png",
+                    {"mean_x_pos": 200.0, "mean_return": 2.0})
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > im.size[1]  # four panels, two columns
+    with pytest.raises(ValueError, match="nope"):
+        plot_runs([("x", tmp_path / "nope")], tmp_path / "s.png")
+    assert plots_main([str(tmp_path / "a"), "--out", str(tmp_path / "t.png"), "--labels", "one", "two"]) == 2
+    assert plots_main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "t.png")]) == 0
+
+
 def test_plot_with_random_baseline(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("\n".join(json.dumps({"env_steps": i * 100, "mean_x_pos_20": 100 + i, "mean_return_20": i})
@@ -176,7 +204,10 @@ def test_recorded_mario_baseline_is_found_for_the_default_env() -> None:
     found = find_baseline(EnvConfig())  # docs/random_policy_1-1.json: 1-1, simple, frame skip 4
     assert found is not None and found[1].name == "random_policy_1-1.json"
     assert found[0]["episodes"] >= 20 and found[0]["mean_x_pos"] > 40
-    assert find_baseline(EnvConfig(action_set="right_only")) is None  # other action set: no line
+    right = find_baseline(EnvConfig(action_set="right_only"))  # docs/random_policy_1-1_right_only.json
+    assert right is not None and right[1].name == "random_policy_1-1_right_only.json"
+    assert right[0]["action_set"] == "right_only" and right[0]["episodes"] >= 20
+    assert find_baseline(EnvConfig(action_set="complex")) is None  # no recording for that action set: no line
 
 
 def test_random_baseline_script(tmp_path: Path) -> None:
