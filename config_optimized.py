@@ -107,10 +107,11 @@ def gpu_server_profile() -> Config:
             compile_mode="reduce-overhead",  # CUDA graphs: 181 vs 111 updates/s at batch 512 (H100)
             lr=5e-4,
             warmup_transitions=50_000,  # ~35 s of 14 collectors
-            # each transition replayed 16 times: ~45 updates/s of 512 at 1,430 env steps/s, a quarter of what
-            # the learner can do, leaving headroom for more collectors (remote ones) before it limits them
-            samples_per_insert=16.0,
-            weight_broadcast_every=100,  # ~2 s at ~45 updates/s
+            # each transition replayed 32 times: ~90 updates/s of 512 at 1,430 env steps/s, half of what the
+            # learner can do with CUDA graphs. The 7-minute H100 run did 0.045 updates per env step and learned
+            # ~4x slower per env step than the CPU run's 0.25 (BENCHMARKS.md): updates per env step matter
+            samples_per_insert=32.0,
+            weight_broadcast_every=200,  # ~2 s at ~90 updates/s
         ),
     )
 
