@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.config import Config, EnvConfig, is_mario
+from shared.config import Config, EnvConfig, is_atari, is_mario
 
 STARTUP_TIMEOUT_S = 120.0  # spawn + torch import + K env builds on a loaded 2-core box
 
@@ -47,7 +47,8 @@ def mario_action_masks(action_set: str) -> list[int]:
 def make_raw_env(env_id: str) -> Any:
     """The package env with every wrapper stripped: the fastest the emulator can be driven.
 
-    Non-Mario ids (the counting env in tests) go through Gymnasium's registry, unwrapped too.
+    Non-Mario ids (the counting env in tests) go through Gymnasium's registry, unwrapped too;
+    ALE ids at one emulator frame per step (their registered frameskip 4 would multiply with ours).
     """
     if is_mario(env_id):
         import warnings
@@ -58,6 +59,10 @@ def make_raw_env(env_id: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "SuperMarioBros-1-1-v0 is out of date": v0 is the naive design's env
             return gym_super_mario_bros.make(env_id).unwrapped
+    if is_atari(env_id):
+        from shared.atari_env import make_raw_ale
+
+        return make_raw_ale(env_id)
     import gymnasium
 
     import shared.fake_env  # noqa: F401 - registers ApeXCounting-v0
@@ -212,6 +217,44 @@ def _ceiling_worker(
         result_q.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
+class EmulatorCeiling:
+    """A group of ceiling workers built once, measured many times (interleaved with other designs).
+
+    Idle workers block on their command queue (no CPU), so the group can stay up while the
+    pipeline runs between its measurements. Each measurement also reads the CPU seconds of this
+    process tree (bench/cpu_time.py) around the window: the ceiling's CPU per step.
+    """
+
+    def __init__(self, env_config: EnvConfig, width: int, envs_per_collector: int) -> None:
+        self.env_config, self.envs_per_collector = env_config, envs_per_collector
+        args = [(i, asdict(env_config), envs_per_collector) for i in range(width)]
+        self.group = WorkerGroup(_ceiling_worker, args)
+
+    def __enter__(self) -> EmulatorCeiling:
+        self.group.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.group.close()
+
+    def measure(self, kind: str, n: int, seconds: float) -> dict[str, Any]:
+        """Sum over the first n workers of agent steps/s ("raw" package env or "project" env)."""
+        from bench import cpu_time
+
+        cpu0 = cpu_time.tree_cpu()
+        self.group.send(list(range(n)), (kind, seconds))
+        results = sorted(self.group.results(n), key=lambda r: r["index"])
+        cpu_s = cpu_time.cpu_between(cpu0, cpu_time.tree_cpu())
+        per = [r["steps"] / r["elapsed_s"] for r in results]
+        steps = int(sum(r["steps"] for r in results))
+        return {
+            "sps": float(sum(per)), "per_collector_sps": per, "frames_per_s": float(sum(per)) * self.env_config.frame_skip,
+            "steps": steps, "collectors": n, "env": kind, "envs_per_collector": self.envs_per_collector,
+            "seconds": seconds, "startup_s": self.group.startup_s, "cpu_s": cpu_s,
+            "cpu_s_per_1k_steps": cpu_time.per_1k(cpu_s, steps),
+        }
+
+
 def run_emulator_ceiling(
     env_config: EnvConfig, counts: list[int], envs_per_collector: int, seconds: float,
     project_counts: list[int] | tuple[int, ...] = (),
@@ -222,20 +265,11 @@ def run_emulator_ceiling(
     wait idle on their command queue (blocked, no CPU). "project" counts step the env factory's
     env instead, which skips the package's per-frame Python work and can beat the raw ceiling.
     """
-    width = max([*counts, *project_counts])
-    args = [(i, asdict(env_config), envs_per_collector) for i in range(width)]
     out: dict[str, dict[int, dict[str, Any]]] = {"raw": {}, "project": {}}
-    with WorkerGroup(_ceiling_worker, args) as group:
+    with EmulatorCeiling(env_config, max([*counts, *project_counts]), envs_per_collector) as ceiling:
         for kind, kind_counts in (("raw", counts), ("project", project_counts)):
             for n in kind_counts:
-                group.send(list(range(n)), (kind, seconds))
-                results = sorted(group.results(n), key=lambda r: r["index"])
-                per = [r["steps"] / r["elapsed_s"] for r in results]
-                out[kind][n] = {
-                    "sps": float(sum(per)), "per_collector_sps": per, "frames_per_s": float(sum(per)) * env_config.frame_skip,
-                    "steps": int(sum(r["steps"] for r in results)), "collectors": n, "env": kind,
-                    "envs_per_collector": envs_per_collector, "seconds": seconds, "startup_s": group.startup_s,
-                }
+                out[kind][n] = ceiling.measure(kind, n, seconds)
     return out
 
 
@@ -379,6 +413,9 @@ def run_naive_pipeline(
                 consumed[0] += 1
 
     def timed(learner: NaiveLearner | None) -> dict[str, Any]:
+        from bench import cpu_time
+
+        cpu0 = cpu_time.tree_cpu()
         t0, c0, updates = time.perf_counter(), consumed[0], 0
         while time.perf_counter() - t0 < seconds:
             if learner is None:
@@ -389,7 +426,9 @@ def run_naive_pipeline(
             learner.update(batch)  # np.stack + forward/backward outside the lock, as in the seed
             updates += 1
         elapsed, got = time.perf_counter() - t0, consumed[0] - c0
+        cpu_s = cpu_time.cpu_between(cpu0, cpu_time.tree_cpu())
         return {
+            "cpu_s": cpu_s, "cpu_s_per_1k_steps": cpu_time.per_1k(cpu_s, got),
             "sps": got / elapsed, "consumed": got, "elapsed_s": elapsed, "updates": updates,
             "updates_per_s": updates / elapsed, "replay_len": len(replay),
             "device": str(learner.device) if learner else None, "precision": learner.precision if learner else None,

@@ -1,0 +1,563 @@
+"""Scale simulation: 1 to 64 collectors feeding one head on this machine, ours against the naive design.
+
+Real collectors cost a core each (the emulator), so a 2-core box cannot run 64 of them; what
+it can run is 64 collectors' *traffic*. Synthetic collectors replay chunks recorded once from
+the real Mario 1-1 env (bench/recorded.py: real frames, actions, rewards, priorities) at a set
+rate per collector (RATE_PER_COLLECTOR transitions/s, one core's emulator rate) and cost almost
+no CPU, so the head's side is what is measured.
+
+Ours: each synthetic collector is a real client of the real head parts. It registers over the
+head's control socket (actors.client.register: HELLO/WELCOME), owns its data socket, routing id
+(the WELCOME's token), sequence numbers and credits (actors.client.HeadLink), and sends
+TRANSITION_CHUNK messages through the Registrar + ConsolidationThread + ReplayBuffer +
+WeightPublisher that launcher/head.py wires (here without the learner and the supervisor).
+A few sender processes each own many collectors, every one with its own sockets.
+
+Naive: the seed design in the same harness: each synthetic collector puts one transition
+(4x84x84 state and next state stacks, as the seed's collector did) at a time on one shared
+`multiprocessing.Queue` (pickled); the head's drain thread moves them into a locked `deque`.
+
+In both heads a consumer thread stands in for a GPU learner: it samples batches of
+SAMPLE_BATCH as fast as it can (ours: PER sample then update_priorities with new |td|; naive:
+`random.sample` under the lock, then `np.stack`), timing each sample. Per collector count the
+head reports what it ingested in a steady window, its CPU use and the sampling rate/latency.
+The capacity ladder (CAPACITY_COLLECTORS collectors offering RATE_PER_COLLECTOR times each of
+CAPACITY_STEPS, None = as fast as the design lets them; the consumer paced at SAMPLE_GOAL_PER_S,
+the same sampling rate for both designs) gives each design's maximum sustainable ingest while the
+learner is fed: the highest ingest of a step whose sampling held the goal (`head_capacity_tps`,
+`naive_head_capacity_tps`). On a 2-core box the senders share the cores with the head, so the
+ingest thread's CPU per transition is reported too: it is what a head with a core of its own for
+ingest would be bound by.
+
+    python -m bench.scale [--quick] [--out runs/bench/scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import queue
+import random
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import cpu_time
+from bench.baselines import WorkerGroup
+
+RATE_PER_COLLECTOR = 120.0  # transitions/s: one core's measured emulator rate (BENCHMARKS.md, 1 collector)
+FULL_COUNTS, QUICK_COUNTS = (1, 4, 16, 64), (1, 16, 64)
+FULL_WINDOW_S, QUICK_WINDOW_S = 8.0, 2.5
+WARM_S = 1.0  # between the senders' start and the timed window: credits and sockets settle
+SENDER_PROCESSES = 2  # each owns N / SENDER_PROCESSES collectors (one when N == 1)
+SAMPLE_BATCH = 512
+SAMPLE_GOAL_PER_S = 100.0  # batches/s a GPU learner at ~100 updates/s would ask for
+CAPACITY_COLLECTORS = 64
+FULL_CAPACITY_STEPS, QUICK_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, None), (4.0, None)  # x RATE_PER_COLLECTOR
+KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was offered
+PREFILL_TRANSITIONS = 4096  # written before any window so the consumer samples from the first second
+NAIVE_CAPACITY = 16_384  # deque length: 56 KiB per transition (0.9 GiB), our replay holds the profile's
+NAIVE_QUEUE_MAX = 2048  # items on the naive queue before put() refuses (bounds the backlog's memory)
+STACK, N_STEP = 4, 3
+
+
+# ---------------------------------------------------------------------- consumer (stands in for the learner)
+class Consumer(threading.Thread):
+    """Samples batches as fast as it can (or at `pace` batches/s) and keeps each sample's latency."""
+
+    def __init__(self, sample_once: Any) -> None:
+        super().__init__(name="scale-consumer", daemon=True)
+        self.sample_once = sample_once  # () -> None: one batch, priorities written back where the design has them
+        self.pace: float | None = None
+        self.batches = 0
+        self.latencies: list[float] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.perf_counter()
+        while not self.stop_event.is_set():
+            if self.pace:
+                now = time.perf_counter()
+                if now < next_at:
+                    time.sleep(next_at - now)
+                next_at = max(next_at + 1.0 / self.pace, time.perf_counter() - 1.0 / self.pace)
+            t0 = time.perf_counter()
+            self.sample_once()
+            self.latencies.append(time.perf_counter() - t0)
+            self.batches += 1
+
+
+def _window(consumer: Consumer, ingested: Any, seconds: float, pace: float | None,
+            ingest_tid: int | None) -> dict[str, Any]:
+    """Measure one steady window in the head process: ingest, sampling, CPU of the head and its ingest thread."""
+    consumer.pace = pace
+    time.sleep(0.2)  # the consumer's pace changed: let it settle
+    pid = os.getpid()
+    b0, n0, l0 = consumer.batches, ingested(), len(consumer.latencies)
+    c0, i0, t0 = cpu_time.process_cpu_s(pid), cpu_time.thread_cpu_s(ingest_tid) if ingest_tid else None, time.perf_counter()
+    time.sleep(seconds)
+    b1, n1, lat = consumer.batches, ingested(), consumer.latencies[l0:]
+    c1, i1, t1 = cpu_time.process_cpu_s(pid), cpu_time.thread_cpu_s(ingest_tid) if ingest_tid else None, time.perf_counter()
+    dt = t1 - t0
+    del consumer.latencies[:]
+    return {
+        "ingested_tps": (n1 - n0) / dt, "sample_batches_per_s": (b1 - b0) / dt, "window_s": dt,
+        "sample_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat else None,
+        "sample_p99_ms": float(np.percentile(lat, 99) * 1e3) if lat else None,
+        "head_cpu_frac": (c1 - c0) / dt if c0 is not None and c1 is not None else None,
+        "ingest_thread_cpu_frac": (i1 - i0) / dt if i0 is not None and i1 is not None else None,
+    }
+
+
+# ---------------------------------------------------------------------- our head
+def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
+    """The head's data plane (registration, consolidation, replay, weights heartbeat) and a consumer."""
+    try:
+        import tempfile
+
+        import torch
+        import zmq
+
+        from bench.recorded import load_chunks
+        from launcher.registration import MAX_SOCKETS, Registrar
+        from learner.broadcast import WeightPublisher
+        from replay.buffer import ReplayBuffer
+        from replay.consolidation import ConsolidationThread
+        from shared.config import Config
+        from shared.env_factory import env_spec_of
+        from shared.protocol import ObsSpec
+
+        torch.set_num_threads(1)
+        cfg = Config.from_dict(cfg_dict)
+        obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
+        replay = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, torch.device("cpu"))
+        chunks, _ = load_chunks()
+        while replay.transitions_added < PREFILL_TRANSITIONS:  # before the consolidation thread: one writer
+            for chunk in chunks:
+                replay.add_chunk(chunk)
+        spec = ObsSpec(tuple(obs_shape), obs_dtype, num_actions, max_abs_reward=cfg.env.max_abs_reward,
+                       max_abs_obs=cfg.env.max_abs_obs)
+        ctx = zmq.Context()
+        ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+        ipc_dir = tempfile.mkdtemp(prefix="mapx-scale-")
+        publisher = WeightPublisher([f"ipc://{ipc_dir}/weights.ipc", "tcp://127.0.0.1:0"], context=ctx,
+                                    heartbeat_s=cfg.collectors.heartbeat_s)
+        registrar = Registrar(cfg, spec, {"local": publisher.endpoints[0], "remote": publisher.endpoints[1]}, ctx,
+                              control_endpoint="tcp://127.0.0.1:0", num_collectors=CAPACITY_COLLECTORS)
+        consolidation = ConsolidationThread(cfg, replay, spec, registrar, latest_weight_version=lambda: publisher.version)
+        consolidation.start()
+        rng = np.random.default_rng(0)
+
+        def sample_once() -> None:
+            batch = replay.sample(SAMPLE_BATCH)
+            replay.update_priorities(batch.indices, rng.random(SAMPLE_BATCH) * 2.0)  # the learner's new |td|
+
+        consumer = Consumer(sample_once)
+        consumer.start()
+        ready_q.put(0)
+        try:
+            while (command := cmd_q.get()) is not None:
+                kind = command[0]
+                if kind == "endpoint":
+                    result_q.put({"endpoint": consolidation.control_endpoint})
+                elif kind == "measure":
+                    _, seconds, pace = command
+                    res = _window(consumer, lambda: consolidation.transitions, seconds, pace,
+                                  consolidation.native_id)
+                    st = consolidation.stats()
+                    result_q.put({**res, "open_registrations": len(st.collectors), "rejected": st.rejected,
+                                  "rejected_by_reason": st.rejected_by_reason, "gaps": st.gaps,
+                                  "replay_len": len(replay)})
+                elif kind == "settle":  # until every collector of the last row has left
+                    deadline = time.monotonic() + 15.0
+                    while consolidation.stats().collectors and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    result_q.put({"open_registrations": len(consolidation.stats().collectors)})
+        finally:
+            consumer.stop_event.set()
+            consumer.join(5.0)
+            consolidation.stop()
+            publisher.close()
+            ctx.term()
+            import shutil
+
+            shutil.rmtree(ipc_dir, ignore_errors=True)
+    except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises it
+        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+# ---------------------------------------------------------------------- our synthetic collectors
+def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
+    """Per command ("run", endpoint, k, rate, start_at, seconds): k collectors of the real protocol.
+
+    Each registers (HELLO/WELCOME), owns a HeadLink (data DEALER with its token, weights SUB,
+    sequence numbers, credits) and sends recorded chunks every chunk_transitions / rate seconds
+    (rate None: whenever credits and the socket allow). One poller serves all k: credits and
+    head heartbeats are read as they arrive, so no collector blocks another.
+    """
+    try:
+        import torch
+        import zmq
+
+        from actors.client import HeadLink, register
+        from bench.recorded import load_chunks
+        from shared.config import Config
+        from shared.env_factory import env_spec_of
+        from shared.network import build_q_network
+        from shared.protocol import BYE, encode_simple, send_parts
+
+        torch.set_num_threads(1)
+        cfg = Config.from_dict(cfg_dict)
+        obs_shape, _, num_actions, stack = env_spec_of(cfg.env)
+        template = build_q_network(obs_shape, stack, num_actions, cfg.learner.hidden, cfg.learner.dueling).state_dict()
+        chunks, counts = load_chunks()
+        ctx = zmq.Context()
+        ready_q.put(index)
+        while (command := cmd_q.get()) is not None:
+            _, endpoint, k, rate, start_at, seconds = command
+            links = []
+            for _ in range(k):
+                welcome = register(ctx, endpoint, slot=-1, timeout_s=30.0, envs=1)
+                links.append(HeadLink(ctx, welcome, template))
+            result_q.put({"index": index, "registered": k})
+            sent = [0] * k
+            blocked = 0
+            poller = zmq.Poller()
+            owner: dict[Any, HeadLink] = {}
+            for link in links:
+                for sock in (link.data, link.sub):
+                    poller.register(sock, zmq.POLLIN)
+                    owner[sock] = link
+            while time.time() < start_at:  # every process starts its collectors at the same moment
+                time.sleep(0.005)
+            now = time.monotonic()
+            end = now + seconds  # from this process's start: a late registration shifts, never shortens, it
+            # (due time, collector): staggered so k collectors do not send in lock step
+            due = [(now + (j / max(1, k)) * (counts[0] / rate if rate else 0.0), j) for j in range(k)]
+            heapq.heapify(due)
+            cursor = [(index * 7919 + j * 13) % len(chunks) for j in range(k)]
+            next_beat = now
+            while now < end:
+                wait_s = max(0.0, due[0][0] - now) if due else 0.05
+                for sock, _ in poller.poll(min(50.0, wait_s * 1000.0)):
+                    owner[sock].poll_head()  # CREDITs, head heartbeats
+                now = time.monotonic()
+                held: list[tuple[float, int]] = []
+                while due and due[0][0] <= now:
+                    t_due, j = heapq.heappop(due)
+                    link = links[j]
+                    in_flight_ok = not link.max_chunks_in_flight or len(link.unacked_chunks) < link.max_chunks_in_flight
+                    if not (in_flight_ok and link.data.poll(0, zmq.POLLOUT)):
+                        held.append((t_due, j))  # the head holds it back (credits): it falls behind
+                        blocked += 1
+                        continue
+                    chunk = chunks[cursor[j]]
+                    link.send_chunk(chunk)
+                    sent[j] += counts[cursor[j]]
+                    cursor[j] = (cursor[j] + 1) % len(chunks)
+                    period = counts[cursor[j]] / rate if rate else 0.0
+                    heapq.heappush(due, (max(t_due + period, now - 2 * period), j))  # at most 2 periods of catch-up
+                for item in held:
+                    heapq.heappush(due, item)
+                if held and (not due or due[0][0] <= now):
+                    poller.poll(1)  # wait for a credit instead of spinning
+                if now >= next_beat:
+                    next_beat = now + 0.25
+                    for link in links:
+                        link.maybe_heartbeat()
+                now = time.monotonic()
+            for link in links:  # leave as a collector does: BYE, the head reclaims the registration
+                send_parts(link.data, encode_simple(BYE, link.collector_id, link.seq + 1))
+                link.data.close(linger=1000)
+                link.sub.close(linger=0)
+            result_q.put({"index": index, "sent_transitions": sum(sent), "held_back": blocked, "seconds": seconds})
+        ctx.term()
+    except Exception as exc:  # noqa: BLE001
+        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+# ---------------------------------------------------------------------- the naive design
+def _naive_transitions(limit: int = 256) -> list[tuple[np.ndarray, int, float, np.ndarray, bool]]:
+    """(state, action, reward, next_state, done) of the seed's collector, cut from the recorded chunks."""
+    from bench.recorded import load_chunks
+
+    chunks, _ = load_chunks()
+    out = []
+    for c in chunks:
+        for i in range(max(c.first_start, STACK - 1), c.num_frames - 1):
+            if c.actions[i] < 0:
+                continue
+            s, s2 = c.frames[i - STACK + 1:i + 1], c.frames[i - STACK + 2:i + 2]
+            out.append((np.ascontiguousarray(s), int(c.actions[i]), float(c.rewards[i]), np.ascontiguousarray(s2), False))
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def _naive_head(data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
+    """The seed's head: a drain thread (queue -> locked deque) and a consumer (random.sample + np.stack)."""
+    try:
+        replay: deque[tuple[Any, ...]] = deque(maxlen=NAIVE_CAPACITY)
+        lock = threading.Lock()
+        base = _naive_transitions()
+        for i in range(PREFILL_TRANSITIONS):
+            s, a, r, s2, d = base[i % len(base)]
+            replay.append((s.copy(), a, r, s2.copy(), d))
+        consumed = [0]
+        stop = threading.Event()
+        drain_tid: list[int] = []
+
+        def drain() -> None:
+            drain_tid.append(threading.get_native_id())
+            while not stop.is_set():
+                try:
+                    item = data_q.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                with lock:
+                    replay.append(item)
+                    consumed[0] += 1
+
+        def sample_once() -> None:
+            with lock:
+                batch = random.sample(replay, SAMPLE_BATCH)
+            for column in zip(*batch, strict=True):  # the seed's batching: one np.stack per field
+                np.stack(column)
+
+        drainer = threading.Thread(target=drain, name="naive-drain", daemon=True)
+        drainer.start()
+        consumer = Consumer(sample_once)
+        consumer.start()
+        ready_q.put(0)
+        try:
+            while (command := cmd_q.get()) is not None:
+                kind = command[0]
+                if kind == "measure":
+                    _, seconds, pace = command
+                    res = _window(consumer, lambda: consumed[0], seconds, pace, drain_tid[0] if drain_tid else None)
+                    result_q.put({**res, "replay_len": len(replay)})
+                elif kind == "settle":  # the backlog of the last row is not the next row's ingest
+                    deadline = time.monotonic() + 30.0
+                    last = -1
+                    while time.monotonic() < deadline and consumed[0] != last:
+                        last = consumed[0]
+                        time.sleep(0.3)
+                    result_q.put({"consumed": consumed[0]})
+        finally:
+            stop.set()
+            consumer.stop_event.set()
+            drainer.join(5.0)
+            consumer.join(5.0)
+    except Exception as exc:  # noqa: BLE001
+        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _naive_senders(index: int, data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
+    """Per command ("run", None, k, rate, start_at, seconds): k collectors putting one transition at a time."""
+    try:
+        base = _naive_transitions()
+        ready_q.put(index)
+        while (command := cmd_q.get()) is not None:
+            _, _, k, rate, start_at, seconds = command
+            result_q.put({"index": index, "registered": k})
+            while time.time() < start_at:
+                time.sleep(0.005)
+            now = time.monotonic()
+            end = now + seconds
+            period = 1.0 / rate if rate else 0.0
+            due = [(now + (j / max(1, k)) * period, j) for j in range(k)]
+            heapq.heapify(due)
+            sent = blocked = 0
+            cursor = index * 31
+            while now < end:
+                t_due, j = due[0]
+                if t_due > now:
+                    time.sleep(min(t_due - now, 0.05))
+                    now = time.monotonic()
+                    continue
+                try:
+                    data_q.put_nowait(base[cursor % len(base)])  # pickled by the queue's feeder thread
+                except queue.Full:  # the head is behind: this collector falls behind
+                    blocked += 1
+                    time.sleep(0.001)
+                    now = time.monotonic()
+                    continue
+                cursor += 1
+                sent += 1
+                heapq.heapreplace(due, (max(t_due + period, now - 2 * period), j))
+                now = time.monotonic()
+            result_q.put({"index": index, "sent_transitions": sent, "held_back": blocked, "seconds": seconds})
+    except Exception as exc:  # noqa: BLE001
+        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+# ---------------------------------------------------------------------- the harness
+def _split(n: int, parts: int) -> list[int]:
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+def _row(head: WorkerGroup, senders: WorkerGroup, endpoint: str | None, n: int, rate: float | None,
+         window_s: float, pace: float | None) -> dict[str, Any]:
+    """One collector count: register, send for WARM_S + window, measure the window in the head."""
+    shares = [k for k in _split(n, min(n, len(senders.procs)))]
+    active = list(range(len(shares)))
+    start_at = time.time() + 0.5 + 0.02 * n  # registration of every collector fits before the start
+    run_s = WARM_S + window_s + 1.0  # outlasts the head's window (which adds a 0.2 s settle)
+    for i in active:
+        senders.send([i], ("run", endpoint, shares[i], rate, start_at, run_s))
+    senders.results(len(active))  # all registered: every sender has started by max(start_at, now)
+    delay = max(start_at, time.time()) + WARM_S - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    head.send([0], ("measure", window_s, pace))
+    res = head.results(1)[0]
+    sent = senders.results(len(active))
+    head.send([0], ("settle",))
+    head.results(1)
+    offered = n * rate if rate else None
+    return {
+        "collectors": n, "offered_tps": offered, **{k: v for k, v in res.items() if k != "index"},
+        "behind_frac": (1.0 - res["ingested_tps"] / offered) if offered else None,
+        "keeps_up": (res["ingested_tps"] >= KEEP_UP_FRAC * offered) if offered else None,
+        "sender_held_back": sum(s["held_back"] for s in sent),
+        "sender_processes": len(active),
+    }
+
+
+def run_design(design: str, cfg: Any, counts: tuple[int, ...], window_s: float,
+               steps: tuple[float | None, ...], rate: float = RATE_PER_COLLECTOR) -> dict[str, Any]:
+    """Rows per collector count at `rate` each, then the capacity ladder; one head, one sender pool."""
+    import multiprocessing as mp
+
+    cfg_dict = cfg.to_dict()
+    if design == "ours":
+        head_args, sender_args, data_q = [(cfg_dict,)], [(i, cfg_dict) for i in range(SENDER_PROCESSES)], None
+        head_target, sender_target = _our_head, _our_senders
+    else:
+        data_q = mp.get_context("spawn").Queue(maxsize=NAIVE_QUEUE_MAX)
+        head_args, sender_args = [(data_q,)], [(i, data_q) for i in range(SENDER_PROCESSES)]
+        head_target, sender_target = _naive_head, _naive_senders
+    out: dict[str, Any] = {"design": design, "rows": []}
+    with WorkerGroup(head_target, head_args, data_queue=None) as head, \
+            WorkerGroup(sender_target, sender_args, data_queue=data_q) as senders:
+        endpoint = None
+        if design == "ours":
+            head.send([0], ("endpoint",))
+            endpoint = head.results(1)[0]["endpoint"]
+        for n in counts:
+            out["rows"].append({"design": design, **_row(head, senders, endpoint, n, rate, window_s, None)})
+        out["capacity"] = [
+            {"design": design, "rate_multiple": m,
+             **_row(head, senders, endpoint, CAPACITY_COLLECTORS, rate * m if m else None, window_s, SAMPLE_GOAL_PER_S)}
+            for m in steps]
+        out["startup_s"] = head.startup_s + senders.startup_s
+    return out
+
+
+def capacity_tps(ladder: list[dict[str, Any]]) -> tuple[float | None, str | None]:
+    """The highest ingest of a ladder step whose sampling held the goal (0.95 x SAMPLE_GOAL_PER_S:
+    the paced consumer's own jitter), or None with the reason when no step did."""
+    held = [r["ingested_tps"] for r in ladder if r.get("ingested_tps") is not None
+            and (r.get("sample_batches_per_s") or 0.0) >= 0.95 * SAMPLE_GOAL_PER_S]
+    if held:
+        return float(max(held)), None
+    seen = ", ".join(f"{r.get('ingested_tps') or 0:,.0f}/s at {r.get('sample_batches_per_s') or 0:.0f} batches/s"
+                     for r in ladder)
+    return None, f"no capacity step kept sampling at {SAMPLE_GOAL_PER_S:.0f} batches/s ({seen})"
+
+
+def ingest_cpu_us(ladder: list[dict[str, Any]]) -> float | None:
+    """Ingest thread CPU microseconds per transition at the busiest step (what one core of ingest buys)."""
+    rows = [r for r in ladder if r.get("ingest_thread_cpu_frac") and r.get("ingested_tps")]
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: r["ingested_tps"])
+    return 1e6 * top["ingest_thread_cpu_frac"] / top["ingested_tps"]
+
+
+def run_scale(cfg: Any, quick: bool, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Both designs, then the figures the report needs and the PNG beside the JSON."""
+    counts = QUICK_COUNTS if quick else FULL_COUNTS
+    window = QUICK_WINDOW_S if quick else FULL_WINDOW_S
+    steps = QUICK_CAPACITY_STEPS if quick else FULL_CAPACITY_STEPS
+    ours = run_design("ours", cfg, counts, window, steps)
+    naive = run_design("naive", cfg, counts, window, steps)
+    head_cap, head_why = capacity_tps(ours["capacity"])
+    naive_cap, naive_why = capacity_tps(naive["capacity"])
+    keys = ("collectors", "offered_tps", "ingested_tps", "head_cpu_frac", "sample_batches_per_s",
+            "sample_p50_ms", "sample_p99_ms")
+    rows = [{"design": r["design"], **{k: r.get(k) for k in keys}} for r in ours["rows"] + naive["rows"]]
+    result: dict[str, Any] = {
+        "scale": rows, "head_capacity_tps": head_cap, "naive_head_capacity_tps": naive_cap,
+        "ingest_cpu_us_per_transition": {"ours": ingest_cpu_us(ours["capacity"]),
+                                         "naive": ingest_cpu_us(naive["capacity"])},
+        "errors": {k: v for k, v in (("head_capacity_tps", head_why), ("naive_head_capacity_tps", naive_why)) if v},
+        "details": {"ours": ours, "naive": naive, "rate_per_collector": RATE_PER_COLLECTOR, "window_s": window,
+                    "sample_batch": SAMPLE_BATCH, "sample_goal_per_s": SAMPLE_GOAL_PER_S,
+                    "capacity_collectors": CAPACITY_COLLECTORS, "naive_deque_len": NAIVE_CAPACITY,
+                    "replay_capacity": cfg.replay.capacity, "chunk_transitions": 32},
+    }
+    if out_dir is not None:
+        try:
+            result["plot"] = str(plot_scale(rows, Path(out_dir) / "scale.png", head_cap, naive_cap))
+        except Exception as exc:  # noqa: BLE001 - a missing plotting backend must not lose the figures
+            result["errors"]["scale_plot"] = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def plot_scale(rows: list[dict[str, Any]], path: Path, head_cap: float | None, naive_cap: float | None) -> Path:
+    """Ingest vs collector count for both designs (log-log), the offered rate and the capacities."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for design, style, cap in (("ours", "o-", head_cap), ("naive", "s-", naive_cap)):
+        pts = [(r["collectors"], r["ingested_tps"]) for r in rows if r["design"] == design and r["ingested_tps"]]
+        if pts:
+            line = ax.plot(*zip(*pts, strict=True), style, label=f"{design}: ingested")[0]
+            if cap:
+                ax.axhline(cap, color=line.get_color(), ls=":", lw=1, label=f"{design}: capacity {cap:,.0f}/s")
+    offered = sorted({(r["collectors"], r["offered_tps"]) for r in rows if r["offered_tps"]})
+    if offered:
+        ax.plot(*zip(*offered, strict=True), "k--", lw=1, label=f"offered ({RATE_PER_COLLECTOR:.0f}/s per collector)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("collectors")
+    ax.set_ylabel("transitions/s into replay")
+    ax.set_title(f"One head, consumer sampling batches of {SAMPLE_BATCH}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--profile", default="auto")
+    p.add_argument("--out", default="runs/bench/scale.json")
+    args = p.parse_args(argv)
+    from config_optimized import load_profile
+
+    cfg = load_profile(args.profile, [])
+    result = run_scale(cfg, args.quick, Path(args.out).parent)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "details"}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
