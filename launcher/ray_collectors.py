@@ -36,6 +36,7 @@ from shared.keys import AllowList
 
 log = logging.getLogger("mario_apex.ray")
 
+RAY_NAMESPACE = "mario-apex"  # the actors' names (mario-apex-<head pid>-collector-<slot>) live here
 IDENTITY_EVERY_S = 1.0  # how often each actor is asked who it is (how soon a restart is noticed)
 RAY_MISSING = "--launcher ray needs Ray, which is not installed here: pip install -e '.[ray]' (make run EXTRAS=ray)"
 
@@ -101,7 +102,7 @@ class RayCollectors:
         self.restarts_total = 0
         self.stall_kills = 0
         try:  # "" = Ray's own rule: RAY_ADDRESS if set, else a new single-node Ray on this machine
-            ray.init(address=address or None, logging_level=logging.WARNING)
+            ray.init(address=address or None, namespace=RAY_NAMESPACE, logging_level=logging.WARNING)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             hint = " (start one with `ray start --head`)" if address else ""
             raise ConfigError(f"--ray-address {address or '(none)'}: cannot join a Ray cluster{hint}: "

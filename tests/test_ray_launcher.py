@@ -1,0 +1,173 @@
+"""The Ray launcher (`make run ARGS="--launcher ray --ray-address ADDR"`).
+
+The cluster test starts a simulated multi-node Ray cluster on this machine (ray.cluster_utils:
+one raylet per node, all local) and runs the real head against it, as a user would, with CURVE
+on: collectors land on both nodes with distinct head-assigned slots, data flows, an actor killed
+through Ray is restarted and data flows again, and a graceful stop leaves no collector actor and,
+once the cluster is shut down, no Ray process. Skipped only where Ray is not installed. The
+other tests need no Ray: flag errors, and the run-time CURVE allowlist the actors' keys go on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import zmq
+
+from shared.keys import AllowList, generate
+from tests.cluster_helpers import kill_tree, read_metrics, start_head, stop_head, wait_for
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+PLACED = re.compile(r"collector slot (\d+): actor (\S+) on node ([0-9a-f]+) \(host \S+, pid (\d+)\)")
+REGISTERED = re.compile(r"collector \d+ registered \(host=\S+ pid=(\d+) slot=(\d+) eps=([0-9.]+)\)")
+RAY_PROCESS_WORDS = (b"ray::", b"raylet", b"gcs_server", b"default_worker.py", b"ray/dashboard", b"log_monitor")
+
+
+# ---------------------------------------------------------------------- no Ray needed
+def test_launcher_ray_without_ray_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from launcher.__main__ import main
+
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # find_spec("ray") -> None: "not installed"
+    code = main(["--profile", "cpu", "--collectors", "0", "--launcher", "ray", "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "--launcher ray needs Ray" in err and ".[ray]" in err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--ray-address", "auto"], "--ray-address is invalid without --launcher ray"),
+    (["--launcher", "ray", "--inprocess"], "--inprocess is invalid with --launcher ray"),
+    (["--launcher", "kubernetes"], "invalid choice"),
+])
+def test_launcher_flag_errors_are_one_line_and_exit_2(tmp_path, capsys, flags, words):
+    from launcher.__main__ import main
+
+    try:
+        code = main(["--profile", "cpu", "--collectors", "0", *flags, "--run-dir", str(tmp_path / "r")])
+    except SystemExit as exc:  # argparse's own errors (a bad choice) exit from the parser
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_allowlist_admits_the_keys_dir_and_run_time_keys_only(tmp_path):
+    keys = generate(tmp_path / "keys")
+    allow = AllowList(keys)
+    fixed = (keys / "client.key").read_text().split('public-key = "')[1].split('"')[0].encode()
+    public, _secret = zmq.curve_keypair()
+    assert allow.callback("*", fixed)
+    assert not allow.callback("*", public)
+    allow.add(public.decode())
+    assert allow.callback("*", public)
+    allow.discard(public.decode())
+    assert not allow.callback("*", public) and allow.callback("*", fixed)
+
+
+# ---------------------------------------------------------------------- a simulated two-node cluster
+def _ray_processes() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if ") Z" not in stat and any(word in cmdline for word in RAY_PROCESS_WORDS):
+            found.add(int(entry.name))
+    return found
+
+
+def _collector_actor_processes() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(b"ray::CollectorActor"):
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def ray_cluster():
+    """Two Ray nodes on this machine, 2 CPUs each (so SPREAD, not a lack of CPUs, puts collectors apart)."""
+    if not HAVE_RAY:
+        pytest.skip("ray is not installed (pip install -e '.[ray]'): Ray launcher test not run")
+    from ray.cluster_utils import Cluster
+
+    before = _ray_processes()
+    node_args = {"num_cpus": 2, "object_store_memory": 100 * 1024 * 1024}
+    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+    try:
+        cluster.add_node(**node_args)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        assert wait_for(lambda: not _ray_processes() - before, 30), f"Ray processes left: {_ray_processes() - before}"
+
+
+@pytest.mark.slow
+def test_collectors_spread_over_nodes_restart_through_ray_and_leave_nothing(ray_cluster, tmp_path):
+    import ray
+
+    keys = generate(tmp_path / "keys")  # CURVE on: the actors' own keys must be admitted at run time
+    run_dir = tmp_path / "run"
+    out = tmp_path / "head.out"
+    proc = start_head(["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
+                       "--set", "transport.port=0", "--set", "collectors.envs_per_collector=4",
+                       "--curve-keys", str(keys), "--launcher", "ray", "--ray-address", ray_cluster.address,
+                       "--run-dir", str(run_dir)], out)
+    try:
+        def placed() -> dict[int, tuple[str, str, int]]:
+            return {int(m[0]): (m[1], m[2], int(m[3])) for m in PLACED.findall(out.read_text())}
+
+        assert wait_for(lambda: len(placed()) == 2, 120), out.read_text()[-4000:]
+        first = placed()
+        nodes = {node for _name, node, _pid in first.values()}
+        assert len(nodes) == 2, f"both collectors on one node: {first}"
+        assert wait_for(lambda: any(r["env_steps"] > 2000 for r in read_metrics(run_dir)), 120), \
+            out.read_text()[-4000:]
+        registered = REGISTERED.findall(out.read_text())
+        assert sorted(int(slot) for _pid, slot, _eps in registered) == [0, 1]  # head-assigned, distinct
+        assert len({eps for _pid, _slot, eps in registered}) == 2  # so Ape-X epsilons differ across nodes
+
+        ray.init(address=ray_cluster.address, namespace="mario-apex", logging_level="WARNING")
+        try:
+            victim_name, _node, victim_pid = first[0]
+            ray.kill(ray.get_actor(victim_name), no_restart=False)  # Ray must bring it back
+            assert wait_for(lambda: placed().get(0, first[0])[2] != victim_pid, 60), out.read_text()[-4000:]
+            assert wait_for(lambda: read_metrics(run_dir)[-1].get("restarts", 0) >= 1, 20)
+            steps = read_metrics(run_dir)[-1]["env_steps"]
+            new_pid = placed()[0][2]
+            assert wait_for(lambda: any(int(pid) == new_pid for pid, _s, _e in REGISTERED.findall(out.read_text())),
+                            60), out.read_text()[-4000:]
+            assert wait_for(lambda: read_metrics(run_dir)[-1]["env_steps"] > steps + 2000, 60)
+
+            assert stop_head(proc) == 0, out.read_text()[-4000:]
+            names = [name for name, _node, _pid in placed().values()]
+            for name in names:  # removed from the cluster, not merely stopped
+                assert wait_for(lambda n=name: not _named_actor_alive(ray, n), 20), f"{name} still alive"
+            assert wait_for(lambda: not _collector_actor_processes(), 20), _collector_actor_processes()
+        finally:
+            ray.shutdown()
+    finally:
+        kill_tree(proc)
+    log = out.read_text()
+    assert "ZAP DENIED" not in log and "Traceback" not in log, log[-4000:]
+
+
+def _named_actor_alive(ray, name: str) -> bool:
+    try:
+        ray.get_actor(name)
+    except ValueError:  # a dead actor's name is released
+        return False
+    return True
