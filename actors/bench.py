@@ -191,7 +191,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
     drainer.start()
     welcome = Welcome(1, f"ipc://{tmp}/data.ipc", f"ipc://{tmp}/weights.ipc", 0.1, 1, 0, cfg)
     link = HeadLink(ctx, welcome, network_template(welcome.config))
-    collector = Collector(cfg, welcome.collector_id, welcome.epsilon, link)
+    collector = Collector(cfg, welcome.collector_id, welcome.epsilons or welcome.epsilon, link)
     try:
         collector.run(max_steps=warmup)
         collector.timing = type(collector.timing)()

@@ -67,6 +67,7 @@ class Welcome:
     slot: int
     config: Config
     data_token: bytes = b""  # the routing id this collector's data socket must use (its proof of ownership)
+    epsilons: tuple[float, ...] = ()  # one Ape-X epsilon per env stream; empty from a head that sends only `epsilon`
 
 
 def _socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
@@ -128,10 +129,19 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
             int(data["collector_id"]), _reachable(str(data["data_endpoint"]), connect),
             _reachable(str(data["weights_endpoint"]), connect), float(data["epsilon"]),
             int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
-            bytes.fromhex(str(data["data_token"])),
+            bytes.fromhex(str(data["data_token"])), tuple(_epsilons(data.get("epsilons", []))),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RegistrationError(f"unusable WELCOME: {exc}") from None
+
+
+def _epsilons(values: Any) -> list[float]:
+    if not isinstance(values, list) or len(values) > 65536:
+        raise ValueError("epsilons: expected a list of at most 65536 numbers")
+    eps = [float(v) for v in values]
+    if not all(0.0 <= e <= 1.0 for e in eps):  # NaN fails too
+        raise ValueError("epsilons: every value must be in [0, 1]")
+    return eps
 
 
 class HeadLink:

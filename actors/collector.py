@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,15 +55,20 @@ class Timing:
 
 
 class Collector:
-    def __init__(self, config: Config, collector_id: int, epsilon: float, link: Link, seed: int | None = None) -> None:
+    def __init__(self, config: Config, collector_id: int, epsilon: float | Sequence[float], link: Link,
+                 seed: int | None = None) -> None:
         torch.set_num_threads(config.collectors.torch_threads)
         self.config = config
         self.collector_id = collector_id
-        self.epsilon = float(epsilon)  # the Ape-X epsilon this collector settles at
+        k = config.collectors.envs_per_collector
+        # the Ape-X epsilon each env stream settles at (the head's WELCOME: one per stream, or one for all)
+        eps = np.full(k, float(epsilon)) if isinstance(epsilon, (int, float)) else np.asarray(epsilon, np.float64)
+        if eps.shape != (k,) or not np.all((eps >= 0) & (eps <= 1)):
+            raise ValueError(f"epsilon: expected one value or {k} values in [0, 1], got {epsilon!r}")
+        self.epsilons = eps
         self.eps_decay_updates = int(config.collectors.eps_decay_updates)
         self.reward_scale = float(config.env.reward_scale)  # what is learned from; returns stay unscaled
         self.link = link
-        k = config.collectors.envs_per_collector
         self.envs = []
         for _ in range(k):  # emulators take a while to start: tell the head we are alive meanwhile
             self.link.maybe_heartbeat()
@@ -106,9 +111,9 @@ class Collector:
         with torch.inference_mode():
             return self.net(torch.from_numpy(stacks)).float().numpy()
 
-    def current_epsilon(self) -> float:
-        """The Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it."""
-        return annealed_epsilon(self.epsilon, self.weight_version, self.eps_decay_updates)
+    def current_epsilon(self) -> np.ndarray:
+        """Each stream's Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it."""
+        return np.array([annealed_epsilon(e, self.weight_version, self.eps_decay_updates) for e in self.epsilons])
 
     def load_weights(self, version: int, state: Mapping[str, torch.Tensor]) -> bool:
         """Load `state` if `version` is newer than ours (the link has checked names, shapes and dtypes)."""

@@ -26,13 +26,14 @@ def collect(ctx: zmq.Context, connect: str, slot: int, stop: threading.Event, cu
 
     Raises RegistrationError when the head does not answer (or refuses) within the timeout."""
     welcome = register(ctx, connect, slot, curve, register_timeout_s, should_stop=stop.is_set)
-    log.info("registered as collector %d (eps %.4f), data -> %s", welcome.collector_id, welcome.epsilon,
-             welcome.data_endpoint)
+    eps = welcome.epsilons or (welcome.epsilon,)
+    log.info("registered as collector %d (slot %d, eps %.4f..%.4f over %d streams), data -> %s", welcome.collector_id,
+             welcome.slot, max(eps), min(eps), len(eps), welcome.data_endpoint)
     template = network_template(welcome.config)
     link = HeadLink(ctx, welcome, template, curve, should_stop=stop.is_set)
     collector = None
     try:
-        collector = Collector(welcome.config, welcome.collector_id, welcome.epsilon, link)
+        collector = Collector(welcome.config, welcome.collector_id, welcome.epsilons or welcome.epsilon, link)
         reason = collector.run()
         t = collector.timing
         log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time, %.1f s waiting for credit",

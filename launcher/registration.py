@@ -11,7 +11,8 @@ thread); everything here runs there. What registration decides:
   same hostname, `local_transport=ipc`), inproc in the in-process mode, tcp otherwise, with
   `MAXMSGSIZE` from the run's geometry and a secret routing id (`token`) that the consolidation
   thread requires on every message;
-- **how it explores:** the Ape-X epsilon of its slot (shared/exploration.py).
+- **how it explores:** its slot and the Ape-X epsilon of each of its K env streams (shared/exploration.py);
+  collectors beyond the configured count get slots of their own, so no epsilon repeats.
 
 A retried HELLO (same nonce) gets the same WELCOME, so retries never allocate twice; `release`
 frees a registration's socket, ipc file and cached WELCOME when the consolidation reclaims it.
@@ -33,7 +34,7 @@ import zmq
 
 from replay.peers import CollectorState
 from shared.config import Config
-from shared.exploration import collector_epsilon
+from shared.exploration import stream_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.protocol import (
     HEADER_SIZE,
@@ -137,6 +138,7 @@ class Registrar:
         self.hostname = pysocket.gethostname()
         self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
         self._next_id = 1
+        self._extra_slots = 0  # slots handed to collectors beyond num_collectors (remote ones)
         self._log_budget = LogBudget()  # a HELLO flood must not flood the log
         self.curve: CurveServer | None = None
         self.allow: AllowList | None = None  # with CURVE: the client keys admitted (the Ray launcher adds its actors')
@@ -244,9 +246,11 @@ class Registrar:
         else:
             endpoint = self._bind(sock, f"tcp://{t.bind}:0")
         slot = hello["slot"]
-        slot = slot if 0 <= slot < self.num_collectors else (cid - 1) % self.num_collectors
-        c = self.config.collectors
-        eps = collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)
+        if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own, never reused
+            slot = self.num_collectors + self._extra_slots
+            self._extra_slots += 1
+        epsilons = self._epsilons(slot)
+        eps = min(epsilons)  # the slot's least-exploring stream: what "the greedy slot" is chosen by
         token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
         state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"])
         kind = "inproc" if inproc else "local" if local else "remote"
@@ -257,9 +261,18 @@ class Registrar:
                      slot, eps, endpoint, f" ({dropped} more registrations not logged)" if dropped else "")
         welcome = {
             "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
-            "epsilon": eps, "num_collectors": self.num_collectors, "slot": slot, "config": self.config.to_dict(),
+            "epsilon": eps, "epsilons": epsilons, "num_collectors": self.num_collectors, "slot": slot,
+            "config": self.config.to_dict(),
         }
         return state, encode_json(WELCOME, welcome, collector=cid)
+
+    def _epsilons(self, slot: int) -> list[float]:
+        """The Ape-X epsilon of each of the slot's K envs (collectors.eps_per: per stream or per collector)."""
+        c = self.config.collectors
+        k = c.envs_per_collector
+        if c.eps_per == "collector":  # slots past num_collectors continue the sequence: no repeats either
+            return stream_epsilons(slot, 1, self.num_collectors, c.eps_base, c.eps_alpha) * k
+        return stream_epsilons(slot * k, k, self.num_collectors * k, c.eps_base, c.eps_alpha)
 
     # ------------------------------------------------------------------ teardown
     def release(self, state: CollectorState) -> None:

@@ -80,6 +80,10 @@ class CollectorConfig:
     chunk_steps: int = 128  # new transitions per env per message: bigger = less overhead, more latency
     eps_base: float = 0.4  # Ape-X epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1))
     eps_alpha: float = 7.0  # spread of exploration across collectors
+    # "stream": each env of each collector its own Ape-X epsilon (N x K streams, indices assigned by the head,
+    # so collectors joining from other machines never repeat one); "collector": one epsilon per collector
+    # for all its K envs (N distinct values: coarser spread, each value's data K times over)
+    eps_per: str = "stream"
     # >0: every collector starts fully random and anneals linearly to its Ape-X epsilon over this many
     # learner updates (read from the weight version, so restarts and remote collectors agree); 0 = fixed
     eps_decay_updates: int = 0
@@ -383,6 +387,7 @@ def _check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
     _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
     _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
     _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
     _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
     _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)

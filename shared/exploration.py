@@ -15,6 +15,19 @@ def annealed_epsilon(final: float, weight_version: int, decay_updates: int) -> f
     return float(final) + (1.0 - float(final)) * remaining
 
 
+def stream_epsilons(first: int, count: int, total: int, base: float, alpha: float) -> list[float]:
+    """Ape-X per env stream: stream i explores with eps_i = base ** (1 + alpha * i / (total - 1)).
+
+    A collector with K envs owns the streams first .. first + K - 1 (the head assigns `first`). Streams
+    past `total` (collectors beyond the configured count, e.g. remote ones) continue the same geometric
+    sequence below base ** (1 + alpha), so no two streams of a run ever share an epsilon.
+    """
+    if total <= 1 and count <= 1 and first == 0:
+        return [float(base)]
+    span = max(1, total - 1)
+    return [float(base ** (1.0 + alpha * i / span)) for i in range(first, first + count)]
+
+
 def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
     """Ape-X: eps_i = base ** (1 + alpha * i / (N - 1)); a single collector gets `base`."""
     if total <= 1:

@@ -137,8 +137,29 @@ def test_epsilon_anneals_from_one_by_weight_version() -> None:
     col.close()
     fixed = small_collector(FakeLink())
     fixed.weight_version = 0
-    assert fixed.current_epsilon() == 0.5  # eps_decay_updates=0: the Ape-X epsilon from the start
+    assert fixed.current_epsilon() == pytest.approx(0.5)  # eps_decay_updates=0: the Ape-X epsilon from the start
     fixed.close()
+
+
+def test_each_env_stream_explores_with_its_own_epsilon() -> None:
+    """WELCOME's per-stream epsilons: with a flat Q (greedy = action 0), stream 0 (eps 1) acts at random,
+    stream 1 (eps 0) always greedily, seen in the actions its chunks carry."""
+    link = FakeLink()
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(envs_per_collector=2, chunk_steps=16), learner=LearnerConfig(hidden=16))
+    col = Collector(cfg, collector_id=1, epsilon=[1.0, 0.0], link=link, seed=3)
+    assert col.current_epsilon() == pytest.approx([1.0, 0.0])
+    with torch.no_grad():
+        for p in col.net.parameters():
+            p.zero_()
+    col.run(max_steps=300)
+    actions = {k: np.concatenate([c.actions[c.actions >= 0] for c in link.chunks if c.stream == k]) for k in (0, 1)}
+    assert len(actions[0]) > 200 and len(actions[1]) > 200
+    assert (actions[1] == 0).all()  # greedy on a flat Q: argmax is the first action
+    assert 0.6 < (actions[0] != 0).mean() < 0.9  # uniform over the counting env's 4 actions: 3/4 not greedy
+    col.close()
+    with pytest.raises(ValueError, match="expected one value or 2 values"):
+        Collector(cfg, collector_id=1, epsilon=[0.1, 0.2, 0.3], link=FakeLink())
 
 
 def test_reward_scale_applies_to_learning_data_not_to_reported_returns() -> None:

@@ -25,7 +25,7 @@ from replay.peers import PENDING_SUMMARIES_PER_STREAM
 from shared import protocol as P
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
-from shared.exploration import collector_epsilon
+from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
 from tests.cluster_helpers import wait_for
 
@@ -165,8 +165,31 @@ def test_registration_assigns_ids_endpoints_and_epsilon(head: Head) -> None:
     assert head.cid == 1 and second.collector_id == 2
     assert head.welcome.data_endpoint != second.data_endpoint
     assert head.welcome.data_endpoint.startswith("ipc://")  # same host, local_transport=ipc
-    assert second.epsilon == pytest.approx(0.4 ** 8) and head.welcome.epsilon == pytest.approx(0.4)
+    # N = 2 collectors x K = 2 envs: stream i = slot * 2 + k explores with 0.4 ** (1 + 7 i / 3)
+    assert head.welcome.epsilons == pytest.approx([0.4, 0.4 ** (1 + 7 / 3)])
+    assert second.epsilons == pytest.approx([0.4 ** (1 + 14 / 3), 0.4 ** 8])
+    assert second.epsilon == pytest.approx(0.4 ** 8) and head.welcome.epsilon == pytest.approx(0.4 ** (1 + 7 / 3))
     assert head.welcome.config == head.config
+
+
+def test_collectors_beyond_the_count_get_their_own_slots_and_never_repeat_an_epsilon(head: Head) -> None:
+    """Remote collectors (no slot, or an out-of-range one) get slots N, N+1, ...: every stream's epsilon differs."""
+    extra = [register(head.ctx, head.thread.control_endpoint, slot=slot, timeout_s=10) for slot in (-1, 7, -1)]
+    assert [w.slot for w in extra] == [2, 3, 4]
+    local = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
+    streams = [*head.welcome.epsilons, *local.epsilons, *(e for w in extra for e in w.epsilons)]
+    assert len(set(streams)) == len(streams) == 2 + 2 + 6
+    assert max(e for w in extra for e in w.epsilons) < 0.4 ** 8  # past N K: the sequence continues below
+    assert stream_epsilons(0, 1, 1, 0.4, 7.0) == [0.4]
+
+
+def test_per_collector_epsilons_give_all_envs_of_a_slot_one_value() -> None:
+    h = Head(make_replay(), config=small_config().with_overrides(["collectors.eps_per=collector"]))
+    try:
+        second = register(h.ctx, h.thread.control_endpoint, slot=1, timeout_s=10)
+        assert h.welcome.epsilons == pytest.approx([0.4, 0.4]) and second.epsilons == pytest.approx([0.4 ** 8] * 2)
+    finally:
+        h.close()
 
 
 def test_valid_messages_are_counted_and_written(head: Head) -> None:
