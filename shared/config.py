@@ -80,10 +80,10 @@ class CollectorConfig:
     chunk_steps: int = 128  # new transitions per env per message: bigger = less overhead, more latency
     eps_base: float = 0.4  # Ape-X epsilon_i = eps_base ** (1 + eps_alpha * i / (N - 1))
     eps_alpha: float = 7.0  # spread of exploration across collectors
-    # "stream": each env of each collector its own Ape-X epsilon (N x K streams, indices assigned by the head,
-    # so collectors joining from other machines never repeat one); "collector": one epsilon per collector
-    # for all its K envs (N distinct values: coarser spread, each value's data K times over)
-    eps_per: str = "stream"
+    # "collector": one Ape-X epsilon per collector for all its K envs (N values; what every measured run in
+    # BENCHMARKS.md used); "stream": each env its own (N x K values, a finer spread, less data at each value).
+    # Either way slots are head-assigned, so collectors joining from other machines never repeat an epsilon
+    eps_per: str = "collector"
     # >0: every collector starts fully random and anneals linearly to its Ape-X epsilon over this many
     # learner updates (read from the weight version, so restarts and remote collectors agree); 0 = fixed
     eps_decay_updates: int = 0

@@ -160,7 +160,15 @@ def test_epsilon_schedule() -> None:
     assert collector_epsilon(3, 8, 0.4, 7.0) == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
 
 
-def test_registration_assigns_ids_endpoints_and_epsilon(head: Head) -> None:
+def test_registration_assigns_ids_endpoints_and_epsilon() -> None:
+    head = Head(make_replay(), config=small_config().with_overrides(["collectors.eps_per=stream"]))
+    try:
+        _check_stream_epsilons(head)
+    finally:
+        head.close()
+
+
+def _check_stream_epsilons(head: Head) -> None:
     second = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
     assert head.cid == 1 and second.collector_id == 2
     assert head.welcome.data_endpoint != second.data_endpoint
@@ -172,14 +180,24 @@ def test_registration_assigns_ids_endpoints_and_epsilon(head: Head) -> None:
     assert head.welcome.config == head.config
 
 
-def test_collectors_beyond_the_count_get_their_own_slots_and_never_repeat_an_epsilon(head: Head) -> None:
-    """Remote collectors (no slot, or an out-of-range one) get slots N, N+1, ...: every stream's epsilon differs."""
+@pytest.mark.parametrize("per", ["stream", "collector"])
+def test_collectors_beyond_the_count_get_their_own_slots_and_never_repeat_an_epsilon(per: str) -> None:
+    """Remote collectors (no slot, or an out-of-range one) get slots N, N+1, ...: no epsilon repeats."""
+    head = Head(make_replay(), config=small_config().with_overrides([f"collectors.eps_per={per}"]))
+    try:
+        _check_extra_slots(head, per)
+    finally:
+        head.close()
+
+
+def _check_extra_slots(head: Head, per: str) -> None:
     extra = [register(head.ctx, head.thread.control_endpoint, slot=slot, timeout_s=10) for slot in (-1, 7, -1)]
     assert [w.slot for w in extra] == [2, 3, 4]
     local = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
-    streams = [*head.welcome.epsilons, *local.epsilons, *(e for w in extra for e in w.epsilons)]
-    assert len(set(streams)) == len(streams) == 2 + 2 + 6
-    assert max(e for w in extra for e in w.epsilons) < 0.4 ** 8  # past N K: the sequence continues below
+    welcomes = [head.welcome, local, *extra]
+    values = [e for w in welcomes for e in (w.epsilons if per == "stream" else w.epsilons[:1])]
+    assert len(set(values)) == len(values) == (10 if per == "stream" else 5)
+    assert max(e for w in extra for e in w.epsilons) < 0.4 ** 8  # past N (K): the sequence continues below
     assert stream_epsilons(0, 1, 1, 0.4, 7.0) == [0.4]
 
 
