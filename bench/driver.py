@@ -8,8 +8,14 @@ with the reason in report["errors"], and the rest of the report is still written
     python -m bench.driver --quick                 # < 3 min on an otherwise idle 2-core box
     python -m bench.driver --skip sweep --markdown # table for BENCHMARKS.md
 
-The ceiling is measured before and again after the pipeline phases (Bench.ceiling_after): the
-headline is their mean, so drift of the machine's speed cancels in pipeline_efficiency.
+Compared pairs run REPEATS times, interleaved (ceiling, our pipeline draining, the naive design
+draining then training, our pipeline training; then again), and the report gives median and
+min-max: this VM's speed drifts by more than the margins the goals ask for, and interleaving
+spreads the drift over both sides of every pair. Beside every wall-clock rate is the CPU time
+(user + sys of every process of the design, bench/cpu_time.py) per 1,000 env steps, which a
+shared VM's steal moves far less. An efficiency above 1.0 is physically impossible and is
+flagged as noise (bench/report.py), never printed as a result. The scale simulation
+(bench/scale.py) runs 1-64 synthetic collectors of recorded real chunks through the real head.
 
 Every rate is steady state: worker start-up (spawn, imports, env builds) is outside the timed
 windows of the baselines, and our pipeline is rated from the head's metrics after its first
@@ -37,9 +43,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported anywhe
 from bench.report import assemble_report, format_table, machine_facts, write_report  # noqa: E402
 from shared.config import Config, ConfigError  # noqa: E402
 
-PARTS = ("ceiling", "naive", "pipeline", "components", "sweep")
-QUICK_SECONDS, FULL_SECONDS = 4.0, 30.0
-QUICK_SWEEP, FULL_SWEEP = (1, 2), (1, 2, 4)
+PARTS = ("ceiling", "naive", "pipeline", "components", "scale", "sweep")
+QUICK_SECONDS, FULL_SECONDS = 3.0, 20.0
+REPEATS = 3  # each compared pair, interleaved: median and min-max in the report
+QUICK_SWEEP, FULL_SWEEP = (), (1, 2, 4)  # --quick skips the sweep: its start-ups would not fit in 3 minutes
+CPU_WATCH_S = 0.05  # how often the pipeline watcher looks for a new metrics row (and snapshots CPU)
+# like-for-like training: the naive learner trains as fast as it can, so ours runs without a replay ratio too
+TRAIN_PAIR_SETS = ("learner.samples_per_insert=0", "learner.max_insert_lead=0")
 PIPELINE_LOG_S = 0.5  # head metrics period during the bench: the steady rate is read from these rows
 BENCH_CHUNK_STEPS = 16  # per-env chunk for pipeline runs (unless --set): at 128 a message takes ~25 s on 2 cores
 STARTUP_ALLOWANCE_S = {True: 40.0, False: 90.0}  # cap on head start-up before the timed window (quick, full)
@@ -50,7 +60,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "replay": (
         (("replay.bench", "run_replay_bench"),),
         ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
-         "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms"),
+         "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms",
+         "insert_copy_floor_tps"),
     ),
     "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
         (("actors.bench", "run_transport_bench"),),
@@ -110,6 +121,7 @@ class Bench:
         self._port = random.Random().randrange(20000, 60000, 20)  # distinct ports per head run
         self._ceiling_by_n: dict[int, float] = {}
         self._pipeline_by_n: dict[int, float] = {}
+        self.reps: dict[str, list[dict[str, Any]]] = {}  # phase -> one record per repeat (sps, ups, cpu)
         self._load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         self.part_wall_s: dict[str, float] = {}  # where the bench's own wall time went (start-ups included)
 
@@ -135,78 +147,61 @@ class Bench:
             self.errors[key] = f"skipped (--skip {part})"
 
     # ------------------------------------------------------------------ parts
-    def ceiling(self, counts: list[int]) -> None:
-        """All collector counts from one worker group (one start-up); the project env at the main count."""
-        from bench.baselines import run_emulator_ceiling
+    def _rep(self, phase: str, record: dict[str, Any] | None) -> None:
+        if record is not None:
+            self.reps.setdefault(phase, []).append(record)
 
-        main_n = self.cfg.collectors.count
-        res = self.attempt("ceiling", ("emulator_ceiling_sps", "project_env_sps"), lambda: run_emulator_ceiling(
-            self.cfg.env, counts, self.cfg.collectors.envs_per_collector, self.seconds, [main_n]))
-        if res is None:
-            return
-        for n, r in res["raw"].items():
-            self.details["ceiling" if n == main_n else f"ceiling_c{n}"] = r
-            self._ceiling_by_n[n] = float(r["sps"])
-        if main_n in self._ceiling_by_n:
-            self.figures["emulator_ceiling_sps"] = self._ceiling_by_n[main_n]
-        if main_n in res["project"]:
-            self.details["project_env"] = res["project"][main_n]
-            self.figures["project_env_sps"] = float(res["project"][main_n]["sps"])
+    def ceiling_once(self, ceiling: Any, rep: int) -> None:
+        """The raw emulator ceiling at the main count (and, first time, the project env)."""
+        n = self.cfg.collectors.count
+        res = self.attempt(f"ceiling_{rep}", (), lambda: ceiling.measure("raw", n, self.seconds))
+        if res is not None:
+            self.details.setdefault("ceiling", []).append(res)
+            self._rep("ceiling", {"sps": res["sps"], "cpu_s_per_1k_steps": res["cpu_s_per_1k_steps"]})
+        if rep == 0:
+            proj = self.attempt("project_env", ("project_env_sps",), lambda: ceiling.measure("project", n, self.seconds))
+            if proj is not None:
+                self.details["project_env"] = proj
+                self.figures["project_env_sps"] = float(proj["sps"])
+                self._rep("project_env", {"sps": proj["sps"], "cpu_s_per_1k_steps": proj["cpu_s_per_1k_steps"]})
 
-    def ceiling_after(self, n: int) -> None:
-        """The ceiling again, right after the pipeline phases; the headline is the mean of both.
-
-        Why: this VM's speed drifts by more than the efficiency goal's margin (the same emulator
-        measured twice, seconds apart, differed by 25%). A ceiling taken on both sides of the
-        pipeline phases brackets them, so slow drift cancels in pipeline_sps / ceiling; both
-        readings and their ratio stay in details["ceiling_after"].
-        """
-        from bench.baselines import run_emulator_ceiling
-
-        before = self._ceiling_by_n.get(n)
-        if before is None:
-            return
-        res = self.attempt("ceiling_after", (), lambda: run_emulator_ceiling(
-            self.cfg.env, [n], self.cfg.collectors.envs_per_collector, self.seconds))
-        if res is None or n not in res["raw"]:
-            return
-        after = float(res["raw"][n]["sps"])
-        mean = (before + after) / 2
-        self.details["ceiling_after"] = {**res["raw"][n], "before_sps": before, "after_sps": after,
-                                         "drift": after / before if before else None}
-        self._ceiling_by_n[n] = mean
-        self.figures["emulator_ceiling_sps"] = mean
-
-    def naive(self) -> None:
+    def naive(self, rep: int) -> None:
         """Drain then train on one collector group: separates transport cost from learner cost."""
         from bench.baselines import run_naive_pipeline
 
-        res = self.attempt("naive", ("naive_drain_sps", "naive_pipeline_sps"),
+        res = self.attempt(f"naive_{rep}", (),
                            lambda: run_naive_pipeline(self.cfg, self.seconds, ("drain", "train"), BENCH_WARMUP))
         if res is None:
             return
-        for phase, key in (("drain", "naive_drain_sps"), ("train", "naive_pipeline_sps")):
-            self.details[f"naive_{phase}"] = res[phase]
-            self.figures[key] = float(res[phase]["sps"])
+        for phase in ("drain", "train"):
+            self.details.setdefault(f"naive_{phase}", []).append(res[phase])
+            r = res[phase]
+            self._rep(f"naive_{phase}", {"sps": r["sps"], "ups": r["updates_per_s"], "cpu_s_per_1k_steps": r["cpu_s_per_1k_steps"]})
 
-    def pipeline(self, n: int, train: bool) -> float | None:
+    def pipeline(self, n: int, train: bool, rep: int = 0) -> float | None:
         """Our pipeline through the head API, rated in steady state (after the first data arrived).
 
         run_training's own env_steps_per_s divides by a wall time that includes collector
         start-up, which the baselines exclude; so a watcher thread tails the head's metrics.jsonl
-        (logged every PIPELINE_LOG_S), sets run_training's stop_event `seconds` after the first
-        data arrived, and the rate is taken between that first data row and the last row. If no
-        steady window happened within the start-up cap, the figure is null with the reason
-        (the start-up-diluted summary rate stays in details, never in the headline).
+        (logged every PIPELINE_LOG_S), snapshots the process tree's CPU time at every new row,
+        and sets run_training's stop_event `seconds` after the first data arrived. The rate is
+        taken between that first data row and the last row where data arrived, and the CPU time
+        between the snapshots of those same rows. If no steady window happened within the
+        start-up cap, the figure is null with the reason (the start-up-diluted summary rate
+        stays in details, never in the headline). Training runs without a replay ratio
+        (TRAIN_PAIR_SETS), as the naive learner does, so the train pair is like for like.
         """
         sets = [f"collectors.count={n}", f"transport.port={self._port}", f"logging.interval_s={PIPELINE_LOG_S}"]
         if not any(o.startswith("collectors.chunk_steps=") for o in self.args.overrides):
             sets.append(f"collectors.chunk_steps={BENCH_CHUNK_STEPS}")  # a message every few s, not every ~25 s
+        if train:
+            sets += [s for s in TRAIN_PAIR_SETS if not any(o.startswith(s.split("=")[0] + "=") for o in self.args.overrides)]
         cfg = self.cfg.with_overrides(sets)
         self._port += 20
-        label = f"{'training' if train else 'pipeline'}" + ("" if n == self.cfg.collectors.count else f"_c{n}")
-        key = "training_sps" if train else "pipeline_sps"
+        main = n == self.cfg.collectors.count
+        label = f"{'training' if train else 'pipeline'}" + ("" if main else f"_c{n}") + f"_{rep}"
         run_dir = self.run_root / label
+        snaps: dict[int, dict[int, float]] = {}  # metrics row index -> CPU snapshot taken when it appeared
 
         def call() -> dict[str, Any]:
             from launcher.head import run_training
@@ -217,7 +212,7 @@ class Bench:
             kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train,
                                       "stop_event": stop}
             threading.Thread(target=_stop_after_first_data, daemon=True, name="bench-watch",
-                             args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done)).start()
+                             args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done, snaps)).start()
             try:
                 with open(log_path, "w") as log, contextlib.redirect_stdout(log):  # progress lines would bury the table
                     res = run_training(cfg, str(run_dir), **kwargs)
@@ -227,23 +222,122 @@ class Bench:
                 raise RuntimeError(f"run_training returned no env_steps_per_s: {res!r}")
             return {**res, "stdout_log": str(log_path)}
 
-        res = self.attempt(label, (key,) if n == self.cfg.collectors.count else (), call)
+        res = self.attempt(label, (), call)
         if res is None:
             return None
         steady = steady_rates(run_dir / "metrics.jsonl")
         res["steady"] = steady
-        self.details[label] = res
+        res["cpu_s_per_1k_steps"] = _window_cpu_per_1k(steady, snaps)
+        self.details.setdefault(label.rsplit("_", 1)[0], []).append(res)
         rate = steady.get("env_steps_per_s")
         if rate is None:
-            reason = (f"{label}: no steady-state window within {self.seconds + self.startup_allowance:.0f} s "
-                      f"({steady.get('why')}); whole-run rate incl. start-up {res['env_steps_per_s']:.1f}/s is in details")
-            res["error"] = reason
-            if n == self.cfg.collectors.count:
-                self.errors[key] = reason
+            res["error"] = (f"{label}: no steady-state window within {self.seconds + self.startup_allowance:.0f} s "
+                            f"({steady.get('why')}); whole-run rate incl. start-up {res['env_steps_per_s']:.1f}/s is in details")
             return None
-        if not train:
+        if main:
+            self._rep("training" if train else "pipeline", {"sps": float(rate), "ups": steady.get("updates_per_s"),
+                                                            "cpu_s_per_1k_steps": res["cpu_s_per_1k_steps"]})
+        elif not train:
             self._pipeline_by_n[n] = float(rate)
         return float(rate)
+
+    def paired(self) -> None:
+        """REPEATS rounds of: ceiling, ours draining, naive (drain, train), ours training."""
+        from bench.baselines import EmulatorCeiling
+
+        n = self.cfg.collectors.count
+        ceiling_ctx: Any = contextlib.nullcontext(None)
+        if "ceiling" not in self.skip:
+            width = max([n, *self.sweep_counts()])
+            ceiling_ctx = EmulatorCeiling(self.cfg.env, width, self.cfg.collectors.envs_per_collector)
+        with contextlib.ExitStack() as stack:
+            ceiling = self.attempt("ceiling_start", (), lambda: stack.enter_context(ceiling_ctx)) \
+                if "ceiling" not in self.skip else None
+            for rep in range(REPEATS):
+                if ceiling is not None:
+                    self.ceiling_once(ceiling, rep)
+                if "pipeline" not in self.skip:
+                    self.pipeline(n, train=False, rep=rep)
+                if "naive" not in self.skip:
+                    self.naive(rep)
+                if "pipeline" not in self.skip:
+                    self.pipeline(n, train=True, rep=rep)
+            if ceiling is not None:  # the sweep's other counts, from the same workers
+                for m in self.sweep_counts():
+                    if m != n:
+                        res = self.attempt(f"ceiling_c{m}", (), lambda m=m: ceiling.measure("raw", m, self.seconds))
+                        if res is not None:
+                            self.details[f"ceiling_c{m}"] = res
+                            self._ceiling_by_n[m] = float(res["sps"])
+        self.summarize_pairs()
+
+    def summarize_pairs(self) -> None:
+        """Headline figures: medians over the repeats; spreads and per-repeat values in details."""
+        reps, n = self.reps, self.cfg.collectors.count
+        for phase, key in (("ceiling", "emulator_ceiling_sps"), ("pipeline", "pipeline_sps"), ("training", "training_sps"),
+                           ("naive_drain", "naive_drain_sps"), ("naive_train", "naive_pipeline_sps")):
+            values = [r["sps"] for r in reps.get(phase, [])]
+            if values:
+                self.figures[key] = median(values)
+            elif key not in self.errors:
+                part = {"ceiling": "ceiling", "naive_drain": "naive", "naive_train": "naive"}.get(phase, "pipeline")
+                self.errors[key] = f"skipped (--skip {part})" if part in self.skip else _why(self.details, phase)
+        if "emulator_ceiling_sps" in self.figures:
+            self._ceiling_by_n[n] = self.figures["emulator_ceiling_sps"]
+        if "pipeline_sps" in self.figures:
+            self._pipeline_by_n[n] = self.figures["pipeline_sps"]
+        cpu = {phase: median([r["cpu_s_per_1k_steps"] for r in recs if r.get("cpu_s_per_1k_steps") is not None])
+               for phase, recs in reps.items()}
+        if any(v is not None for v in cpu.values()):
+            self.figures["cpu_s_per_1k_steps"] = cpu
+        else:
+            self.errors.setdefault("cpu_s_per_1k_steps", "no phase was measured" if not reps else
+                                   "no CPU figure: /proc/<pid>/stat unreadable here")
+        self.details["repeats"] = reps
+        pairs = list(zip(reps.get("ceiling", []), reps.get("pipeline", []), strict=False))
+        self.figures["pipeline_efficiency"] = spread([p["sps"] / c["sps"] for c, p in pairs if c["sps"]])
+        self.figures["cpu_efficiency"] = spread([c["cpu_s_per_1k_steps"] / p["cpu_s_per_1k_steps"] for c, p in pairs
+                                                 if c.get("cpu_s_per_1k_steps") and p.get("cpu_s_per_1k_steps")])
+        train_pairs = list(zip(reps.get("ceiling", []), reps.get("training", []), strict=False))
+        self.figures["cpu_efficiency_training"] = spread(
+            [c["cpu_s_per_1k_steps"] / t["cpu_s_per_1k_steps"] for c, t in train_pairs
+             if c.get("cpu_s_per_1k_steps") and t.get("cpu_s_per_1k_steps")])
+        for key in ("pipeline_efficiency", "cpu_efficiency", "cpu_efficiency_training"):
+            if self.figures[key] is None:
+                self.errors.setdefault(key, "needs at least one ceiling and one pipeline repeat")
+        ours, naive = reps.get("training", []), reps.get("naive_train", [])
+        if ours or naive:
+            self.figures["train_pair"] = {
+                "ours_sps": median([r["sps"] for r in ours]), "ours_ups": median([r["ups"] for r in ours if r.get("ups") is not None]),
+                "naive_sps": median([r["sps"] for r in naive]), "naive_ups": median([r["ups"] for r in naive]),
+            }
+            self.details["train_pair_spread"] = {
+                "ours_sps": spread([r["sps"] for r in ours]), "naive_sps": spread([r["sps"] for r in naive]),
+                "ours_ups": spread([r["ups"] for r in ours if r.get("ups") is not None]),
+                "naive_ups": spread([r["ups"] for r in naive]),
+                "settings": {"batch_size": self.cfg.learner.batch_size, "overrides": list(TRAIN_PAIR_SETS),
+                             "replay_ratio_ours": _replay_ratio(ours, self.cfg.learner.batch_size),
+                             "replay_ratio_naive": _replay_ratio(naive, self.cfg.learner.batch_size)},
+            }
+        drains = list(zip(reps.get("naive_drain", []), reps.get("pipeline", []), strict=False))
+        self.details["drain_pair"] = {"ours_over_naive": spread([p["sps"] / d["sps"] for d, p in drains if d["sps"]])}
+
+    def scale(self) -> None:
+        from bench.scale import run_scale
+
+        keys = ("head_capacity_tps", "naive_head_capacity_tps")
+        res = self.attempt("scale", ("scale", *keys), lambda: run_scale(self.cfg, self.quick, Path(self.args.out).parent))
+        if res is None:
+            return
+        self.figures["scale"] = res["scale"]
+        for key in keys:
+            if res.get(key) is not None:
+                self.figures[key] = res[key]
+            else:
+                self.errors[key] = f"scale: {res['errors'].get(key, 'not measured')}"
+        self.figures["ingest_cpu_us_per_transition"] = res.get("ingest_cpu_us_per_transition")
+        self.details["scale"] = {**res["details"], "plot": res.get("plot"),
+                                 "errors": {k: v for k, v in res["errors"].items() if k not in keys}}
 
     def components(self) -> None:
         for name, (candidates, keys) in COMPONENTS.items():
@@ -265,28 +359,22 @@ class Bench:
         return [] if "sweep" in self.skip else list(QUICK_SWEEP if self.quick else FULL_SWEEP)
 
     def run(self) -> dict[str, Any]:
-        n = self.cfg.collectors.count
         if "ceiling" in self.skip:
             self.skipped("ceiling", ("emulator_ceiling_sps", "project_env_sps"))
-        else:
-            self.ceiling(sorted({n, *self.sweep_counts()}))
         if "naive" in self.skip:
             self.skipped("naive", ("naive_drain_sps", "naive_pipeline_sps"))
-        else:
-            self.naive()
         if "pipeline" in self.skip:
             self.skipped("pipeline", ("pipeline_sps", "training_sps"))
-        else:
-            for train, key in ((False, "pipeline_sps"), (True, "training_sps")):
-                if (v := self.pipeline(n, train)) is not None:
-                    self.figures[key] = v
-            if "ceiling" not in self.skip:
-                self.ceiling_after(n)
+        self.paired()
         if "components" in self.skip:
             for _, keys in COMPONENTS.values():
                 self.skipped("components", keys)
         else:
             self.components()
+        if "scale" in self.skip:
+            self.skipped("scale", ("scale", "head_capacity_tps", "naive_head_capacity_tps"))
+        else:
+            self.scale()
         if "sweep" not in self.skip:
             self.run_sweep()
         return self.report()
@@ -302,8 +390,7 @@ class Bench:
             for key, label, part in (("emulator_ceiling_sps", "ceiling", "ceiling"), ("pipeline_sps", "pipeline", "pipeline")):
                 if row[key] is not None:
                     continue
-                detail = self.details.get(label if n == self.cfg.collectors.count else f"{label}_c{n}") or self.details.get(label)
-                reason = f"skipped (--skip {part})" if part in self.skip else (detail or {}).get("error", "not measured")
+                reason = f"skipped (--skip {part})" if part in self.skip else _why(self.details, label if n == self.cfg.collectors.count else f"{label}_c{n}")
                 row.setdefault("errors", {})[key] = reason
             ceil, pipe = row["emulator_ceiling_sps"], row["pipeline_sps"]
             row["pipeline_efficiency"] = pipe / ceil if ceil and pipe is not None else None
@@ -311,7 +398,7 @@ class Bench:
 
     def report(self) -> dict[str, Any]:
         settings = {
-            "quick": self.quick, "seconds_per_phase": self.seconds, "skip": sorted(self.skip),
+            "quick": self.quick, "seconds_per_phase": self.seconds, "repeats": REPEATS, "skip": sorted(self.skip),
             "env_id": self.cfg.env.env_id, "frame_skip": self.cfg.env.frame_skip, "action_set": self.cfg.env.action_set,
             "collectors": self.cfg.collectors.count, "envs_per_collector": self.cfg.collectors.envs_per_collector,
             "batch_size": self.cfg.learner.batch_size, "warmup_transitions": BENCH_WARMUP, "profile": self.args.profile,
@@ -319,20 +406,79 @@ class Bench:
                                           if o.startswith("collectors.chunk_steps=")), BENCH_CHUNK_STEPS), "pipeline_log_s": PIPELINE_LOG_S,
             "pipeline_startup_allowance_s": self.startup_allowance, "load_average_start": self._load_start, "part_wall_s": self.part_wall_s, "config": self.cfg.to_dict(),
         }
-        return assemble_report(self.figures, self.errors, sweep=self.sweep, details=self.details,
-                               settings=settings, facts=machine_facts(self.argv))
+        report = assemble_report(self.figures, self.errors, sweep=self.sweep, details=self.details,
+                                 settings=settings, facts=machine_facts(self.argv), quick=self.quick)
+        return report
 
 
-def _stop_after_first_data(path: Path, seconds: float, stop: threading.Event, done: threading.Event) -> None:
-    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps."""
+def _stop_after_first_data(path: Path, seconds: float, stop: threading.Event, done: threading.Event,
+                           snaps: dict[int, dict[int, float]] | None = None) -> None:
+    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps; meanwhile
+    put a CPU snapshot of the process tree in `snaps[i]` as soon as row i appears."""
+    from bench import cpu_time
+
     first: float | None = None
+    rows = 0
     while not done.is_set():
-        if first is None and "first_data_after_s" in steady_rates(path, need_rows=1):
-            first = time.monotonic()
+        try:
+            count = sum(1 for line in path.read_text().splitlines() if line.strip())
+        except OSError:
+            count = 0
+        if count > rows:
+            if snaps is not None:
+                snap = cpu_time.tree_cpu()
+                for i in range(rows, count):
+                    snaps[i] = snap
+            rows = count
+            if first is None and "first_data_after_s" in steady_rates(path, need_rows=1):
+                first = time.monotonic()
         if first is not None and time.monotonic() - first >= seconds:
             stop.set()
             return
-        done.wait(0.25)
+        done.wait(CPU_WATCH_S)
+
+
+def _window_cpu_per_1k(steady: dict[str, Any], snaps: dict[int, dict[int, float]]) -> float | None:
+    """CPU seconds per 1,000 env steps between the steady window's first and last rows' snapshots."""
+    from bench import cpu_time
+
+    a, b = steady.get("first_row"), steady.get("last_row")
+    if a is None or b is None or a not in snaps or b not in snaps or not steady.get("steps"):
+        return None
+    return cpu_time.per_1k(cpu_time.cpu_between(snaps[a], snaps[b]), steady["steps"])
+
+
+def median(values: list[float]) -> float | None:
+    import statistics
+
+    return float(statistics.median(values)) if values else None
+
+
+def spread(values: list[float]) -> dict[str, Any] | None:
+    """{median, min, max, values} of the repeats (None when there is none)."""
+    if not values:
+        return None
+    return {"median": median(values), "min": float(min(values)), "max": float(max(values)),
+            "values": [float(v) for v in values]}
+
+
+def _replay_ratio(records: list[dict[str, Any]], batch: int) -> float | None:
+    """Sampled transitions per consumed one (updates x batch / env steps), median over repeats."""
+    ratios = [r["ups"] * batch / r["sps"] for r in records if r.get("ups") is not None and r.get("sps")]
+    return median(ratios)
+
+
+def _why(details: dict[str, Any], label: str) -> str:
+    """The recorded reason a phase has no figure (its last failure), or 'not measured'."""
+    found = details.get(label)
+    entries = found if isinstance(found, list) else [found] if isinstance(found, dict) else []
+    for entry in reversed(entries):
+        if isinstance(entry, dict) and entry.get("error"):
+            return str(entry["error"])
+    for key, value in details.items():
+        if key.startswith(label + "_") and isinstance(value, dict) and value.get("error"):
+            return str(value["error"])
+    return "not measured"
 
 
 def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
@@ -348,7 +494,9 @@ def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
         return {"why": f"no readable {metrics_path.name}: {exc}"}
-    rows = [r for r in rows if isinstance(r.get("time"), (int, float)) and isinstance(r.get("env_steps"), (int, float))]
+    index = [i for i, r in enumerate(rows)  # line numbers of the usable rows (the watcher's snapshot keys)
+             if isinstance(r.get("time"), (int, float)) and isinstance(r.get("env_steps"), (int, float))]
+    rows = [rows[i] for i in index]
     if not rows:
         return {"why": "metrics.jsonl has no rows with time and env_steps"}
     base = rows[0]["env_steps"]
@@ -365,7 +513,8 @@ def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
     if dt <= 0 or b["env_steps"] <= a["env_steps"]:
         return {"why": "no env steps arrived after the first data row"}
     out: dict[str, Any] = {"env_steps_per_s": (b["env_steps"] - a["env_steps"]) / dt, "window_s": dt,
-                           "first_data_after_s": a["time"] - rows[0]["time"], "rows": last - first + 1}
+                           "first_data_after_s": a["time"] - rows[0]["time"], "rows": last - first + 1,
+                           "steps": b["env_steps"] - a["env_steps"], "first_row": index[first], "last_row": index[last]}
     if isinstance(a.get("updates"), (int, float)) and isinstance(b.get("updates"), (int, float)):
         out["updates_per_s"] = (b["updates"] - a["updates"]) / dt
     return out

@@ -22,6 +22,7 @@ from shared.sizes import meminfo
 # Every key the JSON must carry at top level, in the order the table prints them. A key that a
 # run could not measure is still present (null) and has an entry in report["errors"].
 HEADLINE_KEYS: tuple[str, ...] = (
+    "quick",
     "emulator_ceiling_sps",
     "project_env_sps",
     "naive_pipeline_sps",
@@ -30,11 +31,22 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "training_sps",
     "pipeline_efficiency",
     "pipeline_env_efficiency",
+    "cpu_efficiency",
+    "cpu_efficiency_training",
+    "cpu_s_per_1k_steps",
+    "train_pair",
+    "scale",
+    "head_capacity_tps",
+    "naive_head_capacity_tps",
+    "ingest_cpu_us_per_transition",
     "replay_insert_tps",
+    "insert_copy_floor_tps",
+    "insert_vs_copy_floor",
     "replay_sample32_ms",
     "replay_sample512_ms",
     "naive_replay_sample512_ms",
     "copy_floor_sample512_ms",
+    "sample512_vs_copy_floor",
     "torchrl_sample512_ms",
     "bytes_per_transition",
     "naive_bytes_per_transition",
@@ -52,9 +64,21 @@ DESCRIPTIONS: dict[str, str] = {
     "naive_drain_sps": "seed design, learner only drains (transitions/s)",
     "pipeline_sps": "our pipeline, learner drains only (env steps/s)",
     "training_sps": "our pipeline, learner training (env steps/s)",
-    "pipeline_efficiency": "pipeline_sps / emulator_ceiling_sps",
+    "quick": "--quick: a smoke test (short windows); headline figures come from full runs",
+    "pipeline_efficiency": "pipeline_sps / emulator_ceiling_sps per interleaved repeat: median (min-max)",
     "pipeline_env_efficiency": "pipeline_sps / project_env_sps",
+    "cpu_efficiency": "ceiling CPU per step / pipeline (draining) CPU per step, all processes: median (min-max)",
+    "cpu_efficiency_training": "ceiling CPU per step / pipeline (training) CPU per step",
+    "cpu_s_per_1k_steps": "CPU seconds (user+sys, every process of the design) per 1,000 env steps, median by phase",
+    "train_pair": "training, like for like (same batch, precision, no replay ratio): env steps/s and updates/s",
+    "scale": "scale sim: per design and collector count (table below; plot scale.png beside the JSON)",
+    "head_capacity_tps": "scale sim: most transitions/s one head ingested while sampling >= 100 batches of 512/s",
+    "naive_head_capacity_tps": "the same for the naive design (mp.Queue of pickled transitions, locked deque)",
+    "ingest_cpu_us_per_transition": "scale sim: head ingest thread CPU per transition (us) at its busiest step",
     "replay_insert_tps": "replay inserts (transitions/s)",
+    "insert_copy_floor_tps": "plain copy of the same frames into a ring (transitions/s): the insert floor",
+    "insert_vs_copy_floor": "replay_insert_tps / insert_copy_floor_tps (goal >= 0.8)",
+    "sample512_vs_copy_floor": "replay_sample512_ms / copy_floor_sample512_ms (goal <= 1.3)",
     "replay_sample32_ms": "replay sample, batch 32 (ms)",
     "replay_sample512_ms": "replay sample, batch 512 (ms)",
     "naive_replay_sample512_ms": "deque + random.sample + np.stack, batch 512 (ms)",
@@ -72,7 +96,15 @@ DESCRIPTIONS: dict[str, str] = {
 RATIOS: tuple[tuple[str, str, str], ...] = (
     ("pipeline_efficiency", "pipeline_sps", "emulator_ceiling_sps"),
     ("pipeline_env_efficiency", "pipeline_sps", "project_env_sps"),
+    ("insert_vs_copy_floor", "replay_insert_tps", "insert_copy_floor_tps"),
+    ("sample512_vs_copy_floor", "replay_sample512_ms", "copy_floor_sample512_ms"),
 )
+
+# Figures that are {median, min, max, values} over repeats, and the physical limit none can pass:
+# an efficiency above 1.0 means the pipeline beat the emulator it runs on, i.e. the machine's
+# drift between the two windows, so it is flagged as noise instead of reported as a result.
+SPREAD_KEYS: tuple[str, ...] = ("pipeline_efficiency", "cpu_efficiency", "cpu_efficiency_training")
+PHYSICAL_LIMIT = 1.0
 
 _PACKAGES = ("torch", "numpy", "nes-py", "gym-super-mario-bros", "gym", "gymnasium", "pyzmq")
 
@@ -133,6 +165,7 @@ def assemble_report(
     details: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
     facts: dict[str, Any] | None = None,
+    quick: bool | None = None,
 ) -> dict[str, Any]:
     """Merge measured figures into one report; every headline key exists, null ones explained.
 
@@ -140,6 +173,9 @@ def assemble_report(
     has to guess whether a missing number was skipped, failed or forgotten.
     """
     errors = dict(errors)
+    figures = dict(figures)
+    if quick is not None:
+        figures["quick"] = bool(quick)
     report: dict[str, Any] = {}
     for key in HEADLINE_KEYS:
         value = figures.get(key)
@@ -152,16 +188,37 @@ def assemble_report(
         if report.get(key) is not None:
             continue
         if report.get(den) and report.get(num) is not None:
-            report[key] = report[num] / report[den]
+            ratio = report[num] / report[den]
+            report[key] = {"median": ratio, "min": ratio, "max": ratio, "values": [ratio]} if key in SPREAD_KEYS else ratio
             errors.pop(key, None)
         elif errors.get(key) == "not measured in this run":
             errors[key] = "needs " + " and ".join(k for k in (num, den) if not report.get(k))
+    for key in SPREAD_KEYS:
+        flag_noise(report, errors, key)
     report["sweep"] = list(sweep or [])
     report["details"] = dict(details or {})
     report["settings"] = dict(settings or {})
     report["machine"] = dict(facts or {})
     report["errors"] = errors
     return report
+
+
+def flag_noise(report: dict[str, Any], errors: dict[str, str], key: str) -> None:
+    """Mark repeats above PHYSICAL_LIMIT as noise; a median above it is no result (null, reason in errors)."""
+    value = report.get(key)
+    if not isinstance(value, dict):
+        return
+    over = [v for v in value.get("values", []) if v > PHYSICAL_LIMIT]
+    if not over:
+        return
+    value["noise"] = over
+    if value.get("median") is not None and value["median"] > PHYSICAL_LIMIT:
+        errors[key] = (f"noise: median {value['median']:.3g} is above the physical limit {PHYSICAL_LIMIT:g} "
+                       f"(repeats {', '.join(f'{v:.3g}' for v in value['values'])}): the machine drifted between windows")
+        value["median"] = None
+    else:
+        errors.setdefault(f"{key}.noise", f"{len(over)} of {len(value['values'])} repeats above "
+                                          f"{PHYSICAL_LIMIT:g} ({', '.join(f'{v:.3g}' for v in over)}): noise, not results")
 
 
 def write_report(report: dict[str, Any], out: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -216,12 +273,22 @@ def format_table(report: dict[str, Any], markdown: bool = False) -> str:
     rows: list[tuple[str, ...]] = []
     for key in HEADLINE_KEYS:
         value = report.get(key)
-        if isinstance(value, dict):  # by-mode figures: one row per mode keeps the table narrow
+        if isinstance(value, list):  # the scale rows: their own table below
+            rows.append((key, f"{len(value)} rows", DESCRIPTIONS.get(key, "")))
+        elif isinstance(value, dict) and "median" in value:  # repeats: median (min-max), noise named
+            rows.append((key, format_spread(value), DESCRIPTIONS.get(key, "") if value.get("median") is not None
+                         else errors.get(key, "")))
+        elif isinstance(value, dict):  # by-mode figures: one row per mode keeps the table narrow
             rows.append((key, "", DESCRIPTIONS.get(key, "")))
             rows += [(f"{key}.{mode}", format_value(v), "") for mode, v in value.items()]
         else:
             rows.append((key, format_value(value), DESCRIPTIONS.get(key, "") if value is not None else errors.get(key, "")))
     out = [_table(("figure", "value", "meaning / why missing"), rows, markdown)]
+    scale = report.get("scale") or []
+    if isinstance(scale, list) and scale:
+        cols = ("design", "collectors", "offered_tps", "ingested_tps", "head_cpu_frac", "sample_batches_per_s",
+                "sample_p50_ms", "sample_p99_ms")
+        out.append(_table(cols, [tuple(format_value(row.get(c)) for c in cols) for row in scale], markdown))
     sweep = report.get("sweep") or []
     if sweep:
         cols = ("collectors", "emulator_ceiling_sps", "pipeline_sps", "pipeline_efficiency")
@@ -238,6 +305,16 @@ def format_table(report: dict[str, Any], markdown: bool = False) -> str:
             + (f", load average {machine['load_average'][0]:.1f} at the end" if machine.get("load_average") else "")
         )
     return "\n\n".join(out)
+
+
+def format_spread(value: dict[str, Any]) -> str:
+    """'0.891 (0.85-0.93)'; repeats above the physical limit are named as noise, never as the result."""
+    lo, hi, mid = value.get("min"), value.get("max"), value.get("median")
+    text = f"{format_value(mid)} ({format_value(lo)}-{format_value(hi)})" if mid is not None else \
+        f"noise ({format_value(lo)}-{format_value(hi)})"
+    if value.get("noise") and mid is not None:
+        text += f", noise: {', '.join(format_value(v) for v in value['noise'])}"
+    return text
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], markdown: bool) -> str:

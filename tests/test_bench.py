@@ -21,9 +21,10 @@ ALL_SKIPPED = [a for part in bench.PARTS for a in ("--skip", part)]
 
 
 def test_assemble_report_keeps_every_key_and_explains_nulls():
-    report = assemble_report({"emulator_ceiling_sps": 200.0, "pipeline_sps": 150.0}, {"training_sps": "boom"})
+    report = assemble_report({"emulator_ceiling_sps": 200.0, "pipeline_sps": 150.0}, {"training_sps": "boom"}, quick=True)
     assert set(HEADLINE_KEYS) <= set(report)
-    assert report["pipeline_efficiency"] == pytest.approx(0.75)
+    assert report["quick"] is True
+    assert report["pipeline_efficiency"]["median"] == pytest.approx(0.75)
     for key in HEADLINE_KEYS:
         if report[key] is None:
             assert report["errors"][key], key
@@ -35,6 +36,27 @@ def test_efficiency_reason_names_the_missing_input():
     report = assemble_report({"pipeline_sps": 150.0}, {})
     assert report["pipeline_efficiency"] is None
     assert "emulator_ceiling_sps" in report["errors"]["pipeline_efficiency"]
+
+
+def test_limits_are_ratios_to_the_copy_floors():
+    report = assemble_report({"replay_insert_tps": 400.0, "insert_copy_floor_tps": 500.0, "replay_sample512_ms": 4.0,
+                              "copy_floor_sample512_ms": 3.2}, {})
+    assert report["insert_vs_copy_floor"] == pytest.approx(0.8)
+    assert report["sample512_vs_copy_floor"] == pytest.approx(1.25)
+
+
+def test_efficiency_above_one_is_flagged_as_noise_not_reported():
+    """1.0 is a physical limit: a median above it is null with the reason; single repeats above it are named."""
+    over = {"median": 1.1, "min": 0.9, "max": 1.2, "values": [0.9, 1.1, 1.2]}
+    some = {"median": 0.9, "min": 0.85, "max": 1.05, "values": [0.85, 0.9, 1.05]}
+    report = assemble_report({"cpu_efficiency": over, "pipeline_efficiency": some}, {})
+    assert report["cpu_efficiency"]["median"] is None and report["cpu_efficiency"]["noise"] == [1.1, 1.2]
+    assert "noise" in report["errors"]["cpu_efficiency"] and "physical limit" in report["errors"]["cpu_efficiency"]
+    assert report["pipeline_efficiency"]["median"] == 0.9 and report["pipeline_efficiency"]["noise"] == [1.05]
+    assert "1.05" in report["errors"]["pipeline_efficiency.noise"]
+    text = format_table(report, markdown=True)
+    assert "| cpu_efficiency | noise (0.9-1.2) |" in text
+    assert "| pipeline_efficiency | 0.9 (0.85-1.05), noise: 1.05 |" in text
 
 
 def test_write_report_writes_latest_and_timestamped_copy(tmp_path):
@@ -76,8 +98,12 @@ def test_everything_skipped_still_writes_a_complete_report(tmp_path, capsys):
     assert bench.main([*ALL_SKIPPED, "--out", str(out), "--markdown"]) == 0
     data = json.loads(out.read_text())
     for key in HEADLINE_KEYS:
+        if key == "quick":
+            assert data[key] is False
+            continue
         assert data[key] is None and data["errors"][key], key
     assert data["errors"]["emulator_ceiling_sps"] == "skipped (--skip ceiling)"
+    assert data["errors"]["head_capacity_tps"] == "skipped (--skip scale)" and data["scale"] is None
     assert data["sweep"] == [] and data["machine"]["cores"] >= 1
     assert "| figure | value |" in capsys.readouterr().out
 
@@ -100,60 +126,98 @@ def _run(monkeypatch, tmp_path, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
+def _metrics_rows(run_dir, rate: float, train: bool) -> None:
+    rows = [{"time": 0.0, "env_steps": 0}, {"time": 5.0, "env_steps": 128, "updates": 0},  # start-up, then data
+            {"time": 7.0, "env_steps": 128 + 2 * rate, "updates": 6 if train else 0}]
+    Path(run_dir).mkdir(parents=True)
+    (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+SKIP_ALL_BUT_PIPELINE = [a for p in ("ceiling", "naive", "components", "scale", "sweep") for a in ("--skip", p)]
+
+
 def test_pipeline_figures_are_steady_rates_from_the_head(monkeypatch, tmp_path):
     calls = []
 
     def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True, stop_event=None):
-        calls.append((cfg.collectors.count, train, max_seconds, stop_event is not None))
-        rate = 40.0 if train else 90.0
-        rows = [{"time": 0.0, "env_steps": 0}, {"time": 5.0, "env_steps": 128},  # start-up, then data
-                {"time": 7.0, "env_steps": 128 + 2 * rate, "updates": 6 if train else 0}]
-        rows[1]["updates"] = 0
-        Path(run_dir).mkdir(parents=True)
-        (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        calls.append((cfg.collectors.count, train, max_seconds, stop_event is not None, cfg.learner.samples_per_insert))
+        _metrics_rows(run_dir, 40.0 if train else 90.0, train)
         print("[PROGRESS] this goes to the log file, not the table")
         return {"env_steps": 999, "elapsed_s": 7.0, "env_steps_per_s": 1.0, "updates": 3, "updates_per_s": 3.0}
 
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
-    out = tmp_path / "latest.json"
-    args = ["--skip", "ceiling", "--skip", "naive", "--skip", "components", "--quick", "--collectors", "2", "--seconds", "0.5"]
-    assert bench.main([*args, "--out", str(out)]) == 0
-    data = json.loads(out.read_text())
+    data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE, "--quick", "--collectors", "2", "--seconds", "0.5")
     assert data["pipeline_sps"] == pytest.approx(90.0) and data["training_sps"] == pytest.approx(40.0)
     wall = 0.5 + bench.STARTUP_ALLOWANCE_S[True]
-    assert {(2, False, wall, True), (2, True, wall, True), (1, False, wall, True)} == set(calls)
-    assert [row["collectors"] for row in data["sweep"]] == [1, 2]
-    assert all(row["pipeline_sps"] == pytest.approx(90.0) for row in data["sweep"])
-    assert data["sweep"][0]["errors"]["emulator_ceiling_sps"] == "skipped (--skip ceiling)"
-    assert data["details"]["pipeline"]["env_steps_per_s"] == 1.0  # the head's own figure is kept
-    assert "[PROGRESS]" in Path(data["details"]["pipeline"]["stdout_log"]).read_text()
+    # every repeat: draining, then training without a replay ratio (like the naive learner)
+    spi = bench.build_config(bench.parse_args([])).learner.samples_per_insert
+    assert calls == [(2, False, wall, True, spi), (2, True, wall, True, 0.0)] * bench.REPEATS
+    assert data["sweep"] == []  # --quick: no sweep
+    assert data["train_pair"]["ours_sps"] == pytest.approx(40.0) and data["train_pair"]["ours_ups"] == pytest.approx(3.0)
+    assert data["train_pair"]["naive_sps"] is None
+    assert len(data["details"]["pipeline"]) == bench.REPEATS
+    assert data["details"]["pipeline"][0]["env_steps_per_s"] == 1.0  # the head's own figure is kept
+    assert "[PROGRESS]" in Path(data["details"]["pipeline"][0]["stdout_log"]).read_text()
 
 
-def test_ceiling_brackets_the_pipeline_and_the_headline_is_the_mean(monkeypatch, tmp_path):
-    """The ceiling is read before and after the pipeline phases: machine drift cancels in the ratio."""
-    order = []
+class FakeCeiling:
+    """EmulatorCeiling without processes: 200 steps/s costing 5 CPU s per 1,000 steps."""
 
-    def run_emulator_ceiling(env, counts, k, seconds, project_counts=()):
-        order.append("ceiling")
-        sps = 200.0 if len(order) == 1 else 300.0  # the machine got faster meanwhile
-        return {"raw": {n: {"sps": sps} for n in counts}, "project": {n: {"sps": sps} for n in project_counts}}
+    order: list[str] = []
+
+    def __init__(self, env, width, k):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def measure(self, kind, n, seconds):
+        FakeCeiling.order.append("ceiling" if kind == "raw" else "project")
+        return {"sps": 200.0, "cpu_s_per_1k_steps": 5.0}
+
+
+def test_pairs_are_interleaved_and_reported_as_median_and_spread(monkeypatch, tmp_path):
+    FakeCeiling.order = order = []
+    drains = iter([180.0, 150.0, 210.0])  # the third repeat beats the ceiling: noise
 
     def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True, stop_event=None):
         order.append("train" if train else "drain")
-        rows = [{"time": 0.0, "env_steps": 0}, {"time": 1.0, "env_steps": 100}, {"time": 3.0, "env_steps": 600}]
-        Path(run_dir).mkdir(parents=True)
-        (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _metrics_rows(run_dir, 40.0 if train else next(drains), train)
         return {"env_steps": 600, "elapsed_s": 3.0, "env_steps_per_s": 200.0, "updates": 0, "updates_per_s": 0.0}
 
-    _fake_module(monkeypatch, "bench.baselines", run_emulator_ceiling=run_emulator_ceiling)
+    def run_naive_pipeline(cfg, seconds, phases, warmup):
+        order.append("naive")
+        return {"drain": {"sps": 100.0, "updates_per_s": 0.0, "cpu_s_per_1k_steps": 9.0},
+                "train": {"sps": 50.0, "updates_per_s": 4.0, "cpu_s_per_1k_steps": 20.0}}
+
+    _fake_module(monkeypatch, "bench.baselines", EmulatorCeiling=FakeCeiling, run_naive_pipeline=run_naive_pipeline)
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     data = _run(monkeypatch, tmp_path, "--quick", "--seconds", "0.5",
-                *[a for p in ("naive", "components", "sweep") for a in ("--skip", p)])
-    assert order == ["ceiling", "drain", "train", "ceiling"]
-    assert data["emulator_ceiling_sps"] == pytest.approx(250.0)
-    assert data["pipeline_efficiency"] == pytest.approx(250.0 / 250.0)
-    after = data["details"]["ceiling_after"]
-    assert (after["before_sps"], after["after_sps"], after["drift"]) == (200.0, 300.0, pytest.approx(1.5))
+                *[a for p in ("components", "scale", "sweep") for a in ("--skip", p)])
+    assert order == ["ceiling", "project", "drain", "naive", "train"] + ["ceiling", "drain", "naive", "train"] * 2
+    eff = data["pipeline_efficiency"]
+    assert (eff["median"], eff["min"], eff["max"]) == (pytest.approx(0.9), pytest.approx(0.75), pytest.approx(1.05))
+    assert eff["noise"] == [pytest.approx(1.05)]
+    assert data["pipeline_sps"] == pytest.approx(180.0) and data["emulator_ceiling_sps"] == pytest.approx(200.0)
+    assert data["train_pair"] == {"ours_sps": pytest.approx(40.0), "ours_ups": pytest.approx(3.0),
+                                  "naive_sps": 50.0, "naive_ups": 4.0}
+    assert data["cpu_s_per_1k_steps"]["ceiling"] == 5.0 and data["cpu_s_per_1k_steps"]["naive_train"] == 20.0
+    assert data["details"]["drain_pair"]["ours_over_naive"]["median"] == pytest.approx(1.8)
+
+
+def test_pipeline_cpu_is_read_between_the_window_rows(tmp_path):
+    steady = {"first_row": 1, "last_row": 3, "steps": 400}
+    snaps = {1: {10: 1.0, 11: 2.0}, 3: {10: 2.0, 11: 4.0, 12: 1.0}}  # pid 12 started inside the window
+    assert bench._window_cpu_per_1k(steady, snaps) == pytest.approx(1000 * 4.0 / 400)
+    assert bench._window_cpu_per_1k({"first_row": 0, "last_row": 3, "steps": 400}, snaps) is None
+    rows = [{"time": 0.0, "env_steps": 0}, {"time": 1.0, "env_steps": 100}, {"time": 3.0, "env_steps": 500}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    s = bench.steady_rates(path)
+    assert (s["first_row"], s["last_row"], s["steps"]) == (1, 2, 400)
 
 
 def test_pipeline_without_steady_window_is_null_not_startup_diluted(monkeypatch, tmp_path):
@@ -161,9 +225,9 @@ def test_pipeline_without_steady_window_is_null_not_startup_diluted(monkeypatch,
         return {"env_steps": 0, "elapsed_s": 14.0, "env_steps_per_s": 0.0, "updates": 0, "updates_per_s": 0.0}
 
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
-    data = _run(monkeypatch, tmp_path, *[a for p in ("ceiling", "naive", "components", "sweep") for a in ("--skip", p)])
+    data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE)
     assert data["pipeline_sps"] is None and "no steady-state window" in data["errors"]["pipeline_sps"]
-    assert data["details"]["pipeline"]["env_steps_per_s"] == 0.0
+    assert data["details"]["pipeline"][0]["env_steps_per_s"] == 0.0
 
 
 def test_steady_rate_starts_at_the_first_data_row(tmp_path):
@@ -196,9 +260,9 @@ def test_pipeline_failure_is_an_explicit_error(monkeypatch, tmp_path):
         raise RuntimeError("head exploded")
 
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
-    data = _run(monkeypatch, tmp_path, *[a for p in ("ceiling", "naive", "components", "sweep") for a in ("--skip", p)])
+    data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE)
     assert data["pipeline_sps"] is None and "head exploded" in data["errors"]["pipeline_sps"]
-    assert "head exploded" in data["details"]["pipeline"]["error"]
+    assert "head exploded" in data["details"]["pipeline_0"]["error"]
     assert "head exploded" in data["errors"]["training_sps"]
 
 
@@ -208,7 +272,7 @@ def test_components_are_wired_and_absences_explained(monkeypatch, tmp_path):
         "replay": ((("fake_replay_bench", "run_replay_bench"),), ("replay_insert_tps", "bytes_per_transition")),
         "transport": ((("no_such_module_xyz", "run_no_such_bench_xyz"),), ("transport_tps",)),
     })
-    data = _run(monkeypatch, tmp_path, "--quick", *[a for p in ("ceiling", "naive", "pipeline", "sweep") for a in ("--skip", p)])
+    data = _run(monkeypatch, tmp_path, "--quick", *[a for p in ("ceiling", "naive", "pipeline", "scale", "sweep") for a in ("--skip", p)])
     assert data["replay_insert_tps"] == 1e6 and data["details"]["replay"]["quick"] is True
     assert "reported no 'bytes_per_transition'" in data["errors"]["bytes_per_transition"]
     assert data["transport_tps"] is None and "no_such_module_xyz" in data["errors"]["transport_tps"]
@@ -225,9 +289,10 @@ def test_mario_action_masks_are_the_joypad_bitmasks():
 def test_tiny_real_run_measures_ceiling_and_naive(tmp_path):
     """Real processes, tiny settings: every measured figure is a positive number from this run."""
     data = _run(None, tmp_path, "--env", "CartPole-v1", "--collectors", "1", "--envs-per-collector", "1", "--set", "learner.precision=fp32",
-                "--seconds", "0.5", "--quick", "--skip", "pipeline", "--skip", "components")
+                "--seconds", "0.5", "--quick", "--skip", "pipeline", "--skip", "components", "--skip", "scale")
     for key in ("emulator_ceiling_sps", "naive_drain_sps", "naive_pipeline_sps"):
         assert data[key] is not None and data[key] > 0, data["errors"].get(key)
-    assert data["details"]["naive_train"]["updates"] > 0
-    assert [row["collectors"] for row in data["sweep"]] == [1, 2]
-    assert all(row["emulator_ceiling_sps"] > 0 for row in data["sweep"])
+    assert all(r["updates"] > 0 for r in data["details"]["naive_train"])
+    assert len(data["details"]["repeats"]["ceiling"]) == bench.REPEATS
+    for phase in ("ceiling", "naive_drain", "naive_train"):  # CPU per step of every process, every repeat
+        assert all(r["cpu_s_per_1k_steps"] > 0 for r in data["details"]["repeats"][phase]), phase
