@@ -45,8 +45,12 @@ from shared.config import Config, ConfigError  # noqa: E402
 
 PARTS = ("ceiling", "naive", "pipeline", "components", "scale", "sweep")
 QUICK_SECONDS, FULL_SECONDS = 3.0, 20.0
-REPEATS = 3  # each compared pair, interleaved: median and min-max in the report
-QUICK_SWEEP, FULL_SWEEP = (), (1, 2, 4)  # --quick skips the sweep: its start-ups would not fit in 3 minutes
+# Each compared pair runs REPEATS times, interleaved: median and min-max in the report. --quick is
+# a smoke test that must finish in 3 minutes: one round, K=QUICK_ENVS envs per collector (each
+# Mario env takes 1-3 s to build, and every pipeline repeat builds them again), no sweep.
+REPEATS = {True: 1, False: 3}
+QUICK_ENVS = 2
+QUICK_SWEEP, FULL_SWEEP = (), (1, 2, 4)
 CPU_WATCH_S = 0.05  # how often the pipeline watcher looks for a new metrics row (and snapshots CPU)
 # like-for-like training: the naive learner trains as fast as it can, so ours runs without a replay ratio too
 TRAIN_PAIR_SETS = ("learner.samples_per_insert=0", "learner.max_insert_lead=0")
@@ -73,7 +77,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_SECONDS:g} s phases, sweep {QUICK_SWEEP}: under 3 min")
+    p.add_argument("--quick", action="store_true", help=f"smoke test under 3 min: {QUICK_SECONDS:g} s phases, one round, "
+                   f"{QUICK_ENVS} envs per collector, no sweep")
     p.add_argument("--collectors", type=int, default=None, help="collector processes (default: the profile's)")
     p.add_argument("--envs-per-collector", type=int, default=None, help="K envs per collector (default: profile's)")
     p.add_argument("--env", default=None, help="env id (default SuperMarioBros-1-1-v0)")
@@ -97,6 +102,8 @@ def build_config(args: argparse.Namespace) -> Config:
         sets.append(f"collectors.count={args.collectors}")
     if args.envs_per_collector is not None:
         sets.append(f"collectors.envs_per_collector={args.envs_per_collector}")
+    elif args.quick and not any(o.startswith("collectors.envs_per_collector=") for o in args.overrides):
+        sets.append(f"collectors.envs_per_collector={QUICK_ENVS}")
     sets += [f"learner.warmup_transitions={BENCH_WARMUP}", "logging.tensorboard=false"]
     cfg = load_profile(args.profile, sets)
     if cfg.collectors.count < 1:
@@ -113,6 +120,7 @@ class Bench:
         self.seconds = float(args.seconds if args.seconds is not None else (QUICK_SECONDS if self.quick else FULL_SECONDS))
         self.skip = set(args.skip)
         self.startup_allowance = STARTUP_ALLOWANCE_S[self.quick]
+        self.repeats = REPEATS[self.quick]
         self.figures: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.details: dict[str, Any] = {}
@@ -253,7 +261,7 @@ class Bench:
         with contextlib.ExitStack() as stack:
             ceiling = self.attempt("ceiling_start", (), lambda: stack.enter_context(ceiling_ctx)) \
                 if "ceiling" not in self.skip else None
-            for rep in range(REPEATS):
+            for rep in range(self.repeats):
                 if ceiling is not None:
                     self.ceiling_once(ceiling, rep)
                 if "pipeline" not in self.skip:
@@ -398,7 +406,7 @@ class Bench:
 
     def report(self) -> dict[str, Any]:
         settings = {
-            "quick": self.quick, "seconds_per_phase": self.seconds, "repeats": REPEATS, "skip": sorted(self.skip),
+            "quick": self.quick, "seconds_per_phase": self.seconds, "repeats": self.repeats, "skip": sorted(self.skip),
             "env_id": self.cfg.env.env_id, "frame_skip": self.cfg.env.frame_skip, "action_set": self.cfg.env.action_set,
             "collectors": self.cfg.collectors.count, "envs_per_collector": self.cfg.collectors.envs_per_collector,
             "batch_size": self.cfg.learner.batch_size, "warmup_transitions": BENCH_WARMUP, "profile": self.args.profile,

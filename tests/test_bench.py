@@ -151,11 +151,11 @@ def test_pipeline_figures_are_steady_rates_from_the_head(monkeypatch, tmp_path):
     wall = 0.5 + bench.STARTUP_ALLOWANCE_S[True]
     # every repeat: draining, then training without a replay ratio (like the naive learner)
     spi = bench.build_config(bench.parse_args([])).learner.samples_per_insert
-    assert calls == [(2, False, wall, True, spi), (2, True, wall, True, 0.0)] * bench.REPEATS
+    assert calls == [(2, False, wall, True, spi), (2, True, wall, True, 0.0)] * bench.REPEATS[True]
     assert data["sweep"] == []  # --quick: no sweep
     assert data["train_pair"]["ours_sps"] == pytest.approx(40.0) and data["train_pair"]["ours_ups"] == pytest.approx(3.0)
     assert data["train_pair"]["naive_sps"] is None
-    assert len(data["details"]["pipeline"]) == bench.REPEATS
+    assert len(data["details"]["pipeline"]) == bench.REPEATS[True]
     assert data["details"]["pipeline"][0]["env_steps_per_s"] == 1.0  # the head's own figure is kept
     assert "[PROGRESS]" in Path(data["details"]["pipeline"][0]["stdout_log"]).read_text()
 
@@ -195,7 +195,7 @@ def test_pairs_are_interleaved_and_reported_as_median_and_spread(monkeypatch, tm
 
     _fake_module(monkeypatch, "bench.baselines", EmulatorCeiling=FakeCeiling, run_naive_pipeline=run_naive_pipeline)
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
-    data = _run(monkeypatch, tmp_path, "--quick", "--seconds", "0.5",
+    data = _run(monkeypatch, tmp_path, "--seconds", "0.5",
                 *[a for p in ("components", "scale", "sweep") for a in ("--skip", p)])
     assert order == ["ceiling", "project", "drain", "naive", "train"] + ["ceiling", "drain", "naive", "train"] * 2
     eff = data["pipeline_efficiency"]
@@ -293,6 +293,6 @@ def test_tiny_real_run_measures_ceiling_and_naive(tmp_path):
     for key in ("emulator_ceiling_sps", "naive_drain_sps", "naive_pipeline_sps"):
         assert data[key] is not None and data[key] > 0, data["errors"].get(key)
     assert all(r["updates"] > 0 for r in data["details"]["naive_train"])
-    assert len(data["details"]["repeats"]["ceiling"]) == bench.REPEATS
+    assert len(data["details"]["repeats"]["ceiling"]) == bench.REPEATS[True]
     for phase in ("ceiling", "naive_drain", "naive_train"):  # CPU per step of every process, every repeat
         assert all(r["cpu_s_per_1k_steps"] > 0 for r in data["details"]["repeats"][phase]), phase
