@@ -58,7 +58,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
 
 # What each headline figure means, printed as the table's last column (units included).
 DESCRIPTIONS: dict[str, str] = {
-    "emulator_ceiling_sps": "raw emulator agent steps/s, all collectors, no learning (mean of before/after the pipeline)",
+    "emulator_ceiling_sps": "raw emulator agent steps/s, all collectors, no learning (median over the interleaved repeats)",
     "project_env_sps": "env factory env (what collectors step), random actions, no learning",
     "naive_pipeline_sps": "seed design: mp.Queue + deque replay, training (transitions/s)",
     "naive_drain_sps": "seed design, learner only drains (transitions/s)",
@@ -67,8 +67,8 @@ DESCRIPTIONS: dict[str, str] = {
     "quick": "--quick: a smoke test (short windows); headline figures come from full runs",
     "pipeline_efficiency": "pipeline_sps / emulator_ceiling_sps per interleaved repeat: median (min-max)",
     "pipeline_env_efficiency": "pipeline_sps / project_env_sps",
-    "cpu_efficiency": "ceiling CPU per step / pipeline (draining) CPU per step, all processes: median (min-max)",
-    "cpu_efficiency_training": "ceiling CPU per step / pipeline (training) CPU per step",
+    "cpu_efficiency": "project env CPU per step / pipeline (draining) CPU per step, all processes: median (min-max)",
+    "cpu_efficiency_training": "project env CPU per step / pipeline (training) CPU per step (the learner's CPU included)",
     "cpu_s_per_1k_steps": "CPU seconds (user+sys, every process of the design) per 1,000 env steps, median by phase",
     "train_pair": "training, like for like (same batch, precision, no replay ratio): env steps/s and updates/s",
     "scale": "scale sim: per design and collector count (table below; plot scale.png beside the JSON)",

@@ -59,7 +59,7 @@ SENDER_PROCESSES = 2  # each owns N / SENDER_PROCESSES collectors (one when N ==
 SAMPLE_BATCH = 512
 SAMPLE_GOAL_PER_S = 100.0  # batches/s a GPU learner at ~100 updates/s would ask for
 CAPACITY_COLLECTORS = 64
-FULL_CAPACITY_STEPS, QUICK_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, None), (None,)  # x RATE_PER_COLLECTOR
+FULL_CAPACITY_STEPS, QUICK_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, None), (4.0, None)  # x RATE_PER_COLLECTOR
 KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was offered
 PREFILL_TRANSITIONS = 4096  # written before any window so the consumer samples from the first second
 NAIVE_CAPACITY = 16_384  # deque length: 56 KiB per transition (0.9 GiB), our replay holds the profile's

@@ -197,7 +197,7 @@ def test_pairs_are_interleaved_and_reported_as_median_and_spread(monkeypatch, tm
     _fake_module(monkeypatch, "launcher.head", run_training=run_training)
     data = _run(monkeypatch, tmp_path, "--seconds", "0.5",
                 *[a for p in ("components", "scale", "sweep") for a in ("--skip", p)])
-    assert order == ["ceiling", "project", "drain", "naive", "train"] + ["ceiling", "drain", "naive", "train"] * 2
+    assert order == ["ceiling", "project", "drain", "naive", "train"] * 3
     eff = data["pipeline_efficiency"]
     assert (eff["median"], eff["min"], eff["max"]) == (pytest.approx(0.9), pytest.approx(0.75), pytest.approx(1.05))
     assert eff["noise"] == [pytest.approx(1.05)]
@@ -206,6 +206,7 @@ def test_pairs_are_interleaved_and_reported_as_median_and_spread(monkeypatch, tm
                                   "naive_sps": 50.0, "naive_ups": 4.0}
     assert data["cpu_s_per_1k_steps"]["ceiling"] == 5.0 and data["cpu_s_per_1k_steps"]["naive_train"] == 20.0
     assert data["details"]["drain_pair"]["ours_over_naive"]["median"] == pytest.approx(1.8)
+    assert data["project_env_sps"] == pytest.approx(200.0)
 
 
 def test_pipeline_cpu_is_read_between_the_window_rows(tmp_path):
