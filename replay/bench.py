@@ -21,6 +21,7 @@ from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 
 OBS = (84, 84)
 STACK, N_STEP, CHUNK = 4, 3, 128
+INSERT_ROUNDS = 6
 
 
 def _chunks(count: int, rng: np.random.Generator) -> list[TransitionChunk]:
@@ -43,20 +44,20 @@ def _median_ms(times: list[float]) -> float:
     return float(np.median(times) * 1e3)
 
 
-def _insert_copy_floor_tps(chunks: list[TransitionChunk], capacity: int, n_insert: int, transitions: int) -> float:
+class _CopyFloor:
     """The memory-bandwidth floor for inserts: the same frames copied into successive slots of a
     plain ring, nothing else (same bytes, same fresh destinations as the buffer's writes)."""
-    ring = np.zeros((capacity, *OBS), dtype=np.uint8)
-    ring[:] = 1  # touch every page first, as the buffer's storage is
-    pos = 0
-    t0 = time.perf_counter()
-    for k in range(n_insert):
-        frames = chunks[1 + k % (len(chunks) - 1)].frames
-        if pos + len(frames) > capacity:
-            pos = 0
-        np.copyto(ring[pos:pos + len(frames)], frames)
-        pos += len(frames)
-    return transitions / (time.perf_counter() - t0)
+
+    def __init__(self, capacity: int) -> None:
+        self.ring = np.zeros((capacity, *OBS), dtype=np.uint8)
+        self.ring[:] = 1  # touch every page first, as the buffer's storage is
+        self.pos = 0
+
+    def copy(self, frames: np.ndarray) -> None:
+        if self.pos + len(frames) > len(self.ring):
+            self.pos = 0
+        np.copyto(self.ring[self.pos:self.pos + len(frames)], frames)
+        self.pos += len(frames)
 
 
 def run_replay_bench(quick: bool) -> dict:
@@ -71,14 +72,25 @@ def run_replay_bench(quick: bool) -> dict:
     chunks = _chunks(16, rng)
     for c in chunks[:2]:  # warm-up (and the FIRST chunk)
         buf.add_chunk(c)
+    # Inserts and the copy floor alternate in INSERT_ROUNDS blocks of the same chunks, so a shared
+    # machine's drift hits both alike; the figures are medians over the rounds.
     n_insert = max(2 * capacity // CHUNK, 64)
-    t0 = time.perf_counter()
-    added = 0
-    for k in range(n_insert):
-        added += buf.add_chunk(chunks[1 + k % (len(chunks) - 1)])
-    insert_tps = added / (time.perf_counter() - t0)
+    per_round = max(1, n_insert // INSERT_ROUNDS)
+    floor = _CopyFloor(capacity)
+    insert_rates, floor_rates = [], []
+    k = 0
+    for _ in range(INSERT_ROUNDS):
+        block = [chunks[1 + (k + j) % (len(chunks) - 1)] for j in range(per_round)]
+        k += per_round
+        t0 = time.perf_counter()
+        added = sum(buf.add_chunk(c) for c in block)
+        insert_rates.append(added / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for c in block:
+            floor.copy(c.frames)
+        floor_rates.append(added / (time.perf_counter() - t0))
+    insert_tps, insert_floor_tps = float(np.median(insert_rates)), float(np.median(floor_rates))
     held = len(buf)
-    insert_floor_tps = _insert_copy_floor_tps(chunks, capacity, n_insert, added)
     b = buf.sample(512)
     buf.update_priorities(b.indices, rng.random(512) * 3)  # a non-uniform tree
 
@@ -121,6 +133,7 @@ def run_replay_bench(quick: bool) -> dict:
     return {
         "replay_insert_tps": round(insert_tps),
         "insert_copy_floor_tps": round(insert_floor_tps),
+        "insert_vs_copy_floor_rounds": [round(i / f, 3) for i, f in zip(insert_rates, floor_rates, strict=True)],
         "replay_sample32_ms": round(_median_ms(t32), 3),
         "replay_sample512_ms": round(_median_ms(t512), 3),
         "naive_replay_sample512_ms": round(_median_ms(tnaive), 3),
