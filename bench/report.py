@@ -195,12 +195,42 @@ def assemble_report(
             errors[key] = "needs " + " and ".join(k for k in (num, den) if not report.get(k))
     for key in SPREAD_KEYS:
         flag_noise(report, errors, key)
+    report["bounds"] = bounds(report)
     report["sweep"] = list(sweep or [])
     report["details"] = dict(details or {})
     report["settings"] = dict(settings or {})
     report["machine"] = dict(facts or {})
     report["errors"] = errors
     return report
+
+
+def bounds(report: dict[str, Any]) -> dict[str, str]:
+    """Per phase, what bounds it, read off this run's own figures (a phase without them is left out)."""
+    out: dict[str, str] = {}
+    cpu = report.get("cpu_s_per_1k_steps") or {}
+    eff = (report.get("cpu_efficiency") or {}).get("median")
+    if cpu.get("project_env") and cpu.get("pipeline") and eff:
+        out["pipeline"] = (f"the emulator: {cpu['project_env']:.2f} of the pipeline's {cpu['pipeline']:.2f} CPU s per "
+                           f"1,000 steps are env stepping (cpu_efficiency {eff:.2f}); the rest is inference, "
+                           "transport and the head")
+    pair = report.get("train_pair") or {}
+    if pair.get("ours_ups") and cpu.get("training"):
+        out["training"] = (f"the cores: collectors and learner share them ({pair['ours_ups']:.1f} updates/s beside "
+                           f"{pair.get('ours_sps') or 0:.0f} env steps/s; {cpu['training']:.2f} CPU s per 1,000 steps)")
+    if report.get("insert_vs_copy_floor") is not None:
+        out["replay_insert"] = (f"{report['insert_vs_copy_floor']:.2f} x the plain-copy floor: the rest is per-chunk "
+                                "validation, n-step targets and segment planning (numpy calls per chunk)")
+    if report.get("sample512_vs_copy_floor") is not None:
+        out["replay_sample512"] = (f"{report['sample512_vs_copy_floor']:.2f} x the copy floor: the gather of "
+                                   "2 x 512 stacks plus the sum-tree descent")
+    us = report.get("ingest_cpu_us_per_transition") or {}
+    if us.get("ours"):
+        out["head_ingest"] = (f"{us['ours']:.1f} us of ingest-thread CPU per transition (~{1e6 / us['ours']:,.0f}/s per "
+                              "core); on 2 cores the synthetic senders and the sampler share the cores with it")
+    if us.get("naive"):
+        out["naive_ingest"] = (f"{us['naive']:.1f} us of drain-thread CPU per transition (unpickling 2 stacks each), "
+                               "and the deque's lock and GIL shared with random.sample + np.stack")
+    return out
 
 
 def flag_noise(report: dict[str, Any], errors: dict[str, str], key: str) -> None:
