@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from launcher.evaluator import BEST_DIR, EVALS_DIR, ROWS_FILE, PeriodicEvaluator, score
-from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, LoggingConfig, ReplayConfig, TransportConfig
+from shared.config import (
+    CollectorConfig,
+    Config,
+    EnvConfig,
+    LearnerConfig,
+    LoggingConfig,
+    ReplayConfig,
+    TransportConfig,
+)
 
 # Stands in for `python -m evaluate CKPT ... --out DIR`: writes DIR/eval.json with the summary queued in
 # the snapshot's parent (so each test decides what every evaluation "measures"), or fails when asked.
