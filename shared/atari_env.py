@@ -23,8 +23,10 @@ AtariPreprocessing do it), applied per agent step / reset:
 Sticky actions stay as the id registers them (v5: repeat_action_probability 0.25, inside ALE).
 
 Why fused (one class driving ALEInterface, not a chain of wrappers over `env.step`): the package
-env's `step` builds an RGB observation and an info dict on every frame, ~4x the cost of the
-emulator frame itself at ~60k frames/s (BENCHMARKS.md, "Atari").
+env's `step` copies the RGB screen and builds an info dict on every frame; this class reads the
+gray screen on the last two frames of a step only. Even so it is no faster than stepping the raw
+env four times (3.6k vs 3.7k agent steps/s per process, BENCHMARKS.md "Atari"): the 210x160 ->
+84x84 INTER_AREA resize (~40 us, the standard's interpolation) costs what the saved copies gain.
 
 `AtariEnv` drives any `AtariEmulator` (the real one is `AleEmulator`), so the preprocessing is
 tested on scripted screens, lives and rewards without a ROM (tests/test_atari_env.py).
