@@ -40,7 +40,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported anywhere in this tree
 
-from bench.report import assemble_report, format_table, machine_facts, write_report  # noqa: E402
+from bench.report import PHYSICAL_LIMIT, assemble_report, format_table, machine_facts, write_report  # noqa: E402
 from shared.config import Config, ConfigError  # noqa: E402
 
 PARTS = ("ceiling", "naive", "pipeline", "components", "scale", "sweep")
@@ -204,7 +204,7 @@ class Bench:
         main = n == self.cfg.collectors.count
         label = f"{'training' if train else 'pipeline'}" + ("" if main else f"_c{n}") + f"_{rep}"
         run_dir = self.run_root / label
-        snaps: dict[int, dict[int, float]] = {}  # metrics row index -> CPU snapshot taken when it appeared
+        snaps: dict[int, tuple[float, dict[int, float]]] = {}  # metrics row -> (env_steps, CPU snapshot when it appeared)
 
         def call() -> dict[str, Any]:
             from launcher.head import run_training
@@ -299,6 +299,11 @@ class Bench:
             self.errors.setdefault("cpu_s_per_1k_steps", "no phase was measured" if not reps else
                                    "no CPU figure: /proc/<pid>/stat unreadable here")
         self.details["repeats"] = reps
+        # cores the design kept busy in its window (rate x CPU per step): below the machine's cores
+        # when other tenants took them, so wall-clock rates of two windows compare only at equal cores
+        self.details["cores_used"] = {
+            phase: median([r["sps"] * r["cpu_s_per_1k_steps"] / 1000.0 for r in recs if r.get("cpu_s_per_1k_steps")])
+            for phase, recs in reps.items()}
         pairs = list(zip(reps.get("ceiling", []), reps.get("pipeline", []), strict=False))
         self.figures["pipeline_efficiency"] = spread([p["sps"] / c["sps"] for c, p in pairs if c["sps"]])
         # CPU efficiency against the env the collectors step (the project env: the package env's
@@ -405,6 +410,11 @@ class Bench:
                 row.setdefault("errors", {})[key] = reason
             ceil, pipe = row["emulator_ceiling_sps"], row["pipeline_sps"]
             row["pipeline_efficiency"] = pipe / ceil if ceil and pipe is not None else None
+            if row["pipeline_efficiency"] is not None and row["pipeline_efficiency"] > PHYSICAL_LIMIT:
+                row.setdefault("errors", {})["pipeline_efficiency"] = (
+                    f"noise: {row['pipeline_efficiency']:.3g} is above the physical limit {PHYSICAL_LIMIT:g} "
+                    "(ceiling and pipeline of this row ran minutes apart, not interleaved)")
+                row["pipeline_efficiency"] = None
             self.sweep.append(row)
 
     def report(self) -> dict[str, Any]:
@@ -423,40 +433,49 @@ class Bench:
 
 
 def _stop_after_first_data(path: Path, seconds: float, stop: threading.Event, done: threading.Event,
-                           snaps: dict[int, dict[int, float]] | None = None) -> None:
-    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps; meanwhile
-    put a CPU snapshot of the process tree in `snaps[i]` as soon as row i appears."""
+                           snaps: dict[int, tuple[float, dict[int, float]]] | None = None) -> None:
+    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps. Until
+    `done` (the run has returned), put (env_steps, CPU snapshot of the process tree) in `snaps[i]`
+    as soon as row i appears: the last rows are written after `stop`, while the head shuts down."""
     from bench import cpu_time
 
     first: float | None = None
     rows = 0
     while not done.is_set():
         try:
-            count = sum(1 for line in path.read_text().splitlines() if line.strip())
+            lines = [line for line in path.read_text().splitlines() if line.strip()]
         except OSError:
-            count = 0
-        if count > rows:
+            lines = []
+        if len(lines) > rows:
             if snaps is not None:
                 snap = cpu_time.tree_cpu()
-                for i in range(rows, count):
-                    snaps[i] = snap
-            rows = count
+                for i in range(rows, len(lines)):
+                    try:
+                        snaps[i] = (float(json.loads(lines[i]).get("env_steps", 0)), snap)
+                    except ValueError:  # a row still being written: read again next time
+                        break
+            rows = len(snaps) if snaps is not None else len(lines)
             if first is None and "first_data_after_s" in steady_rates(path, need_rows=1):
                 first = time.monotonic()
-        if first is not None and time.monotonic() - first >= seconds:
+        if first is not None and not stop.is_set() and time.monotonic() - first >= seconds:
             stop.set()
-            return
         done.wait(CPU_WATCH_S)
 
 
-def _window_cpu_per_1k(steady: dict[str, Any], snaps: dict[int, dict[int, float]]) -> float | None:
-    """CPU seconds per 1,000 env steps between the steady window's first and last rows' snapshots."""
+def _window_cpu_per_1k(steady: dict[str, Any], snaps: dict[int, tuple[float, dict[int, float]]]) -> float | None:
+    """CPU seconds per 1,000 env steps from the steady window's first row to its last row that
+    has a snapshot and new steps (the watcher may miss the very last row of a shutting-down head)."""
     from bench import cpu_time
 
     a, b = steady.get("first_row"), steady.get("last_row")
-    if a is None or b is None or a not in snaps or b not in snaps or not steady.get("steps"):
+    if a is None or b is None or a not in snaps:
         return None
-    return cpu_time.per_1k(cpu_time.cpu_between(snaps[a], snaps[b]), steady["steps"])
+    steps_a, cpu_a = snaps[a]
+    ends = [i for i in snaps if a < i <= b and snaps[i][0] > steps_a]
+    if not ends:
+        return None
+    steps_b, cpu_b = snaps[max(ends)]
+    return cpu_time.per_1k(cpu_time.cpu_between(cpu_a, cpu_b), steps_b - steps_a)
 
 
 def median(values: list[float]) -> float | None:
