@@ -505,21 +505,25 @@ def run_scale(cfg: Any, quick: bool, out_dir: str | Path | None = None) -> dict[
     }
     if out_dir is not None:
         try:
-            result["plot"] = str(plot_scale(rows, Path(out_dir) / "scale.png", head_cap, naive_cap))
+            result["plot"] = str(plot_scale(rows, Path(out_dir) / "scale.png", head_cap, naive_cap,
+                                            ours["capacity"] + naive["capacity"]))
         except Exception as exc:  # noqa: BLE001 - a missing plotting backend must not lose the figures
             result["errors"]["scale_plot"] = f"{type(exc).__name__}: {exc}"
     return result
 
 
-def plot_scale(rows: list[dict[str, Any]], path: Path, head_cap: float | None, naive_cap: float | None) -> Path:
-    """Ingest vs collector count for both designs (log-log), the offered rate and the capacities."""
+def plot_scale(rows: list[dict[str, Any]], path: Path, head_cap: float | None, naive_cap: float | None,
+               ladder: list[dict[str, Any]] | None = None) -> Path:
+    """Left: ingest vs collector count for both designs (log-log) with the offered rate and the
+    capacities. Right (when given): the capacity ladder, ingest and sampling rate vs offered rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-    for design, style, cap in (("ours", "o-", head_cap), ("naive", "s-", naive_cap)):
+    fig, axes = plt.subplots(1, 2 if ladder else 1, figsize=(11.5 if ladder else 6.4, 4.2), dpi=110, squeeze=False)
+    ax = axes[0][0]
+    for design, style, cap in (("ours", "o-", head_cap), ("naive", "s--", naive_cap)):
         pts = [(r["collectors"], r["ingested_tps"]) for r in rows if r["design"] == design and r["ingested_tps"]]
         if pts:
             line = ax.plot(*zip(*pts, strict=True), style, label=f"{design}: ingested")[0]
@@ -527,7 +531,7 @@ def plot_scale(rows: list[dict[str, Any]], path: Path, head_cap: float | None, n
                 ax.axhline(cap, color=line.get_color(), ls=":", lw=1, label=f"{design}: capacity {cap:,.0f}/s")
     offered = sorted({(r["collectors"], r["offered_tps"]) for r in rows if r["offered_tps"]})
     if offered:
-        ax.plot(*zip(*offered, strict=True), "k--", lw=1, label=f"offered ({RATE_PER_COLLECTOR:.0f}/s per collector)")
+        ax.plot(*zip(*offered, strict=True), "k:", lw=1, label=f"offered ({RATE_PER_COLLECTOR:.0f}/s per collector)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("collectors")
@@ -535,6 +539,26 @@ def plot_scale(rows: list[dict[str, Any]], path: Path, head_cap: float | None, n
     ax.set_title(f"One head, consumer sampling batches of {SAMPLE_BATCH}")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
+    if ladder:
+        ax = axes[0][1]
+        twin = ax.twinx()
+        top = max((r["ingested_tps"] or 0.0) for r in ladder)
+        for design, style in (("ours", "o-"), ("naive", "s--")):
+            steps = [r for r in ladder if r["design"] == design]
+            xs = [r["offered_tps"] or 1.3 * max((q["offered_tps"] or 0.0) for q in ladder) for r in steps]
+            line = ax.plot(xs, [r["ingested_tps"] for r in steps], style, label=f"{design}: ingested")[0]
+            twin.plot(xs, [r["sample_batches_per_s"] for r in steps], style, color=line.get_color(), alpha=0.4,
+                      label=f"{design}: batches/s")
+        twin.axhline(SAMPLE_GOAL_PER_S, color="grey", ls=":", lw=1)
+        twin.set_ylabel(f"sampled batches/s (paced at {SAMPLE_GOAL_PER_S:.0f})")
+        twin.set_ylim(0, 1.5 * SAMPLE_GOAL_PER_S)
+        ax.set_ylim(0, 1.1 * top)
+        ax.set_xlabel(f"offered transitions/s, {CAPACITY_COLLECTORS} collectors (rightmost: as fast as allowed)")
+        ax.set_ylabel("transitions/s into replay")
+        ax.set_title("Capacity ladder")
+        ax.legend(loc="upper left", fontsize=8)
+        twin.legend(loc="lower right", fontsize=8)
+        ax.grid(True, alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
