@@ -31,11 +31,11 @@ from shared.config import (
     LearnerConfig,
     ReplayConfig,
     TransportConfig,
-    available_memory_bytes,
-    estimate_replay_bytes,
     is_atari,
     is_mario,
 )
+from shared.config_checks import estimate_replay_bytes
+from shared.sizes import available_memory_bytes
 
 
 def cpu_profile() -> Config:

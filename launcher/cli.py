@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from config_optimized import PROFILES, load_config
-from shared.config import Config, ConfigError, TransportConfig, check_memory
+from shared.config import Config, ConfigError, TransportConfig
+from shared.config_checks import check_memory
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,10 +22,10 @@ import pytest
 from config_optimized import load_profile
 from launcher.__main__ import main
 from launcher.cli import parse_args
-from shared.config import (
+from shared.config import ConfigError
+from shared.config_checks import (
     COLLECTOR_NETWORK_COPIES,
     LEARNER_NETWORK_COPIES,
-    ConfigError,
     estimate_network_bytes,
     estimate_network_params,
 )

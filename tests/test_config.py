@@ -17,7 +17,8 @@ from config_optimized import (
     load_profile,
 )
 from launcher.cli import parse_args
-from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, estimate_replay_bytes
+from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError
+from shared.config_checks import estimate_replay_bytes
 
 pytestmark = pytest.mark.envonly  # no torch needed: also runs under Python 3.13
 

@@ -1,0 +1,260 @@
+"""The rules a `Config` must satisfy, and the memory estimates behind the capacity checks.
+
+`Config.check_valid()` calls `check_all`; every failure is a `ConfigError` naming the field, the
+value and what is allowed. `check_memory` is called again by the CLI once the env's real
+geometry is known.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from typing import Any
+
+from shared.config import (
+    ACTION_SETS,
+    COMPILE_MODES,
+    DEVICES,
+    PRECISIONS,
+    STORAGE_DEVICES,
+    Config,
+    ConfigError,
+    is_mario,
+)
+from shared.mario_actions import ACTION_LISTS
+from shared.sizes import available_memory_bytes, next_pow2
+
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{name}={value!r} is invalid: allowed {allowed}")
+
+
+def _int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+        _fail(name, value, f"an integer in [{lo}, {hi if hi is not None else 'inf'}]")
+
+
+def _float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)  # NaN, inf fail
+    ok = ok and (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        _fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(name, value, "one of " + ", ".join(choices))
+
+
+def estimate_replay_bytes(cfg: Config, obs_bytes: int | None = None) -> int:
+    """Bytes the replay buffer will allocate: one frame per slot plus per-slot metadata."""
+    if obs_bytes is None:
+        obs_bytes = cfg.env.frame_size * cfg.env.frame_size  # uint8 grayscale frame
+    per_slot_metadata = 8 * 6  # indices, return, discount, action, priority leaf (see replay.storage)
+    tree_bytes = 2 * 8 * next_pow2(cfg.replay.capacity)
+    return cfg.replay.capacity * (obs_bytes + per_slot_metadata) + tree_bytes
+
+
+# Parameter-sized buffers, in fp32 copies of the Q-network. The learner: online, target, gradients,
+# Adam's two moments, autocast's low-precision weight casts and the publisher's CPU snapshot (a CPU
+# bf16 update of a Mario net with hidden=8192 measured 7.7 copies of peak RSS). Each collector: its
+# network, the received weights message and the decoded tensors.
+LEARNER_NETWORK_COPIES = 8
+COLLECTOR_NETWORK_COPIES = 3
+NATURE_CNN_MIN_SIDE = 36  # smallest frame side the Nature CNN's three convolutions leave features for
+
+
+def _nature_cnn_side(side: int) -> int:
+    """Output side of shared/network.py NatureCNN (kernels 8/4/3, strides 4/2/1) for one input side."""
+    side = (side - 8) // 4 + 1
+    side = (side - 4) // 2 + 1
+    return side - 2
+
+
+def estimate_network_params(
+    cfg: Config,
+    obs_shape: tuple[int, ...] | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> int:
+    """Parameter count of shared/network.py `build_q_network` for this config, by arithmetic (no torch).
+
+    `obs_shape` is one observation's shape ((H, W) frames, (D,) vectors). None: Mario ids use
+    (frame_size, frame_size) x frame_stack; other envs an unknown vector whose input layer is not
+    counted (a lower bound: the hidden x hidden layers dominate wide networks).
+    """
+    e, hidden = cfg.env, cfg.learner.hidden
+    from_config = obs_shape is None and isinstance(e.env_id, str) and is_mario(e.env_id)
+    if from_config:
+        obs_shape = (e.frame_size, e.frame_size)
+    if num_actions is None and from_config:
+        num_actions = len(ACTION_LISTS.get(e.action_set, ACTION_LISTS["complex"]))
+    elif num_actions is None:
+        num_actions = 1  # unknown: the fewest there can be (a lower bound)
+    if obs_shape is None:
+        torso, features = hidden, hidden  # bias only: the input width is unknown here
+    elif len(obs_shape) == 2:
+        stack = e.frame_stack if stack is None else stack
+        side_h, side_w = _nature_cnn_side(int(obs_shape[0])), _nature_cnn_side(int(obs_shape[1]))
+        if side_h < 1 or side_w < 1:
+            if from_config:
+                _fail("env.frame_size", e.frame_size, f"an integer in [{NATURE_CNN_MIN_SIDE}, 256] "
+                      "(smaller frames leave the Nature CNN no features)")
+            raise ConfigError(f"env {e.env_id!r}: {obs_shape[0]}x{obs_shape[1]} observations are too small for "
+                              f"the Nature CNN (needs at least {NATURE_CNN_MIN_SIDE}x{NATURE_CNN_MIN_SIDE})")
+        torso = (stack * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64)
+        features = 64 * side_h * side_w
+    else:
+        flat = 1 if stack is None else stack
+        for dim in obs_shape:
+            flat *= int(dim)
+        torso, features = flat * hidden + hidden, hidden
+    advantage = features * hidden + hidden + hidden * num_actions + num_actions
+    value = features * hidden + hidden + hidden + 1 if cfg.learner.dueling else 0
+    return torso + advantage + value
+
+
+def estimate_network_bytes(
+    cfg: Config,
+    obs_shape: tuple[int, ...] | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> int:
+    """Bytes of all parameter-sized buffers: LEARNER_NETWORK_COPIES plus COLLECTOR_NETWORK_COPIES per local collector."""
+    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
+    return 4 * params * _network_copies(cfg)
+
+
+def _network_copies(cfg: Config) -> int:
+    return LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
+
+
+def check_all(cfg: Config, available_bytes: int | None) -> None:
+    e, c, r, lrn, t, lg = cfg.env, cfg.collectors, cfg.replay, cfg.learner, cfg.transport, cfg.logging
+    if not isinstance(e.env_id, str) or not e.env_id.strip():
+        _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
+    _choice("env.action_set", e.action_set, ACTION_SETS)
+    _int_range("env.frame_skip", e.frame_skip, 1, 16)
+    _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
+    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30, lo_open=True)  # 64 x 1e30 << float32 max
+    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30, lo_open=True)
+    _int_range("env.frame_size", e.frame_size, 16, 256)
+    _int_range("env.frame_stack", e.frame_stack, 1, 16)
+    _int_range("env.max_episode_steps", e.max_episode_steps, 1)
+    _int_range("env.noop_max", e.noop_max, 0, 1000)
+    _int_range("env.seed", e.seed, 0, 2**31 - 1)
+
+    _int_range("collectors.count", c.count, 0, 1024)
+    _int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
+    _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
+    _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
+    _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
+    _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
+    _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
+    _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
+    _int_range("collectors.torch_threads", c.torch_threads, 1, 256)
+
+    _int_range("replay.n_step", r.n_step, 1, 64)
+    min_capacity = 4 * (c.chunk_steps + e.frame_stack + r.n_step + 8)
+    _int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
+    _float_range("replay.gamma", r.gamma, 0.0, 1.0)
+    _float_range("replay.alpha", r.alpha, 0.0, 1.0)
+    _float_range("replay.beta_start", r.beta_start, 0.0, 1.0)
+    _int_range("replay.beta_steps", r.beta_steps, 1)
+    _float_range("replay.priority_eps", r.priority_eps, 0.0, 1.0, lo_open=True)
+    _choice("replay.storage_device", r.storage_device, STORAGE_DEVICES)
+    _float_range("replay.gpu_memory_fraction", r.gpu_memory_fraction, 0.0, 0.95, lo_open=True)
+
+    _choice("learner.device", lrn.device, DEVICES)
+    _int_range("learner.batch_size", lrn.batch_size, 1, 65536)
+    _int_range("learner.grad_accum_steps", lrn.grad_accum_steps, 1, 1024)
+    _float_range("learner.lr", lrn.lr, 0.0, 1.0, lo_open=True)
+    _float_range("learner.adam_eps", lrn.adam_eps, 0.0, 1.0, lo_open=True)
+    _float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
+    _int_range("learner.target_update_every", lrn.target_update_every, 1)
+    _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
+    _int_range("learner.hidden", lrn.hidden, 1, 65536)
+    _choice("learner.precision", lrn.precision, PRECISIONS)
+    _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
+    _int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
+    if lrn.warmup_transitions > r.capacity:
+        _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
+    _float_range("learner.samples_per_insert", lrn.samples_per_insert, 0.0, 1e6)
+    _int_range("learner.max_insert_lead", lrn.max_insert_lead, 0)
+    _int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
+    _float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
+    _int_range("learner.torch_threads", lrn.torch_threads, 1, 256)
+
+    if not isinstance(t.bind, str) or not t.bind:
+        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+    if ":" in t.bind:  # the head's sockets do not set zmq.IPV6, so an IPv6 bind fails with "No such device"
+        _fail("transport.bind", t.bind, "an IPv4 address or localhost (IPv6 is not enabled on the head's "
+              "ZeroMQ sockets; for loopback use 127.0.0.1)")
+    if t.bind != "localhost" and not _is_ipv4(t.bind):  # names make zmq resolve them: it can hang for minutes
+        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0, or localhost "
+              "(not a host or interface name)")
+    if t.bind not in ("127.0.0.1", "localhost") and not t.curve_keys_dir:
+        _fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
+    if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
+        _int_range("transport.port", t.port, 1024, 65000)
+    _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
+    _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
+    _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
+    _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
+    _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
+    if c.heartbeat_s > t.head_timeout_s / 2:  # both sides take a silence of head_timeout_s for death
+        _fail("collectors.heartbeat_s", c.heartbeat_s,
+              f"at most half of transport.head_timeout_s ({t.head_timeout_s}): heartbeats say a peer is alive")
+    _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
+
+    _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
+    _int_range("logging.episode_window", lg.episode_window, 1, 100_000)
+    _float_range("logging.eval_every_s", lg.eval_every_s, 0.0, 1e9)
+    _int_range("logging.eval_episodes", lg.eval_episodes, 1, 10_000)
+    _float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
+
+    check_memory(cfg, available_bytes)
+
+
+def check_memory(
+    cfg: Config,
+    available_bytes: int | None = None,
+    obs_shape: tuple[int, ...] | None = None,
+    obs_bytes: int | None = None,
+    stack: int | None = None,
+    num_actions: int | None = None,
+) -> None:
+    """Refuse a config whose replay plus networks would not fit in 80% of available memory.
+
+    Without the env geometry (obs_shape etc., known once the env is inspected) Mario ids use
+    their frame geometry and other envs lower bounds; the CLI calls this again with the real one.
+    """
+    r = cfg.replay
+    needed = estimate_replay_bytes(cfg, obs_bytes)
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    if needed > 0.8 * available:
+        raise ConfigError(
+            f"replay.capacity={r.capacity} needs about {needed} bytes ({needed / 2**30:.2f} GiB) "
+            f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
+            f"allowed: a capacity whose estimate stays under 80% of available memory"
+        )
+    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
+    net = estimate_network_bytes(cfg, obs_shape, stack, num_actions)
+    if needed + net > 0.8 * available:
+        raise ConfigError(
+            f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters "
+            f"({4 * params / 2**30:.2f} GiB in fp32); {_network_copies(cfg)} copies of it ({LEARNER_NETWORK_COPIES} "
+            f"in the learner, {COLLECTOR_NETWORK_COPIES} per local collector with collectors.count="
+            f"{cfg.collectors.count}) need about {net} bytes ({net / 2**30:.2f} GiB), plus {needed / 2**30:.2f} GiB "
+            f"of replay, but only {available} bytes ({available / 2**30:.2f} GiB) are available; allowed: a "
+            f"learner.hidden (or collectors.count) whose estimate stays under 80% of available memory"
+        )
