@@ -137,8 +137,12 @@ def test_collectors_spread_over_nodes_restart_through_ray_and_leave_nothing(ray_
         assert wait_for(lambda: any(r["env_steps"] > 2000 for r in read_metrics(run_dir)), 120), \
             out.read_text()[-4000:]
         registered = REGISTERED.findall(out.read_text())
-        assert sorted(int(slot) for _pid, slot, _eps in registered) == [0, 1]  # head-assigned, distinct
-        assert len({eps for _pid, _slot, eps in registered}) == 2  # so Ape-X epsilons differ across nodes
+        # head-assigned and distinct (on a loaded machine a slot may already have re-registered once: a
+        # replacement keeps its slot and its epsilon)
+        slots = {int(slot): eps for _pid, slot, eps in registered}
+        assert sorted(slots) == [0, 1], registered
+        assert len(set(slots.values())) == 2  # so Ape-X epsilons differ across nodes
+        assert all(slots[int(slot)] == eps for _pid, slot, eps in registered), registered
 
         ray.init(address=ray_cluster.address, namespace="mario-apex", logging_level="WARNING")
         try:
