@@ -34,7 +34,7 @@ import zmq
 
 from replay.peers import CollectorState
 from shared.config import Config
-from shared.exploration import stream_epsilons
+from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.protocol import (
     HEADER_SIZE,
@@ -271,7 +271,7 @@ class Registrar:
         c = self.config.collectors
         k = c.envs_per_collector
         if c.eps_per == "collector":  # slots past num_collectors continue the sequence: no repeats either
-            return stream_epsilons(slot, 1, self.num_collectors, c.eps_base, c.eps_alpha) * k
+            return [collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)] * k
         return stream_epsilons(slot * k, k, self.num_collectors * k, c.eps_base, c.eps_alpha)
 
     # ------------------------------------------------------------------ teardown

@@ -20,16 +20,14 @@ def stream_epsilons(first: int, count: int, total: int, base: float, alpha: floa
 
     A collector with K envs owns the streams first .. first + K - 1 (the head assigns `first`). Streams
     past `total` (collectors beyond the configured count, e.g. remote ones) continue the same geometric
-    sequence below base ** (1 + alpha), so no two streams of a run ever share an epsilon.
+    sequence below base ** (1 + alpha), so no two streams of a run ever share an epsilon. A run of one
+    stream (total <= 1) starts at `base` and continues the sequence as if total were 2.
     """
-    if total <= 1 and count <= 1 and first == 0:
-        return [float(base)]
     span = max(1, total - 1)
     return [float(base ** (1.0 + alpha * i / span)) for i in range(first, first + count)]
 
 
 def collector_epsilon(index: int, total: int, base: float, alpha: float) -> float:
-    """Ape-X: eps_i = base ** (1 + alpha * i / (N - 1)); a single collector gets `base`."""
-    if total <= 1:
-        return float(base)
-    return float(base ** (1.0 + alpha * (index % total) / (total - 1)))
+    """Ape-X per collector (one epsilon for all its envs): the `stream_epsilons` formula with one stream
+    per collector, so collector `index` of `total` gets base ** (1 + alpha * index / (total - 1))."""
+    return stream_epsilons(index, 1, total, base, alpha)[0]
