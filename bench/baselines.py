@@ -407,16 +407,6 @@ def run_naive_pipeline(
     consumed = [0]
     stop_drain = threading.Event()
 
-    def drain() -> None:
-        while not stop_drain.is_set():
-            try:
-                item = data_q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            with lock:
-                replay.append(item)
-                consumed[0] += 1
-
     def timed(learner: NaiveLearner | None) -> dict[str, Any]:
         from bench import cpu_time
 
@@ -447,7 +437,8 @@ def run_naive_pipeline(
                               "batch_size": cfg.learner.batch_size}
     out: dict[str, dict[str, Any]] = {}
     learner = NaiveLearner(cfg, tuple(obs_shape), int(stack), int(num_actions)) if "train" in phases else None
-    drainer = threading.Thread(target=drain, name="naive-drain", daemon=True)
+    drainer = threading.Thread(target=naive_drain, args=(data_q, replay, lock, consumed, stop_drain),
+                               name="naive-drain", daemon=True)
     with WorkerGroup(_naive_collector, args, data_queue=data_q) as group:
         common["startup_s"] = group.startup_s
         drainer.start()
@@ -472,3 +463,17 @@ def run_naive_pipeline(
             stop_drain.set()
             drainer.join(timeout=5.0)
     return out
+
+
+def naive_drain(data_q: Any, replay: deque[tuple[Any, ...]], lock: threading.Lock, consumed: list[int],
+                stop: threading.Event) -> None:
+    """The naive design's drain thread: one pickled transition at a time off the mp.Queue into the
+    locked deque (`consumed[0]` counts them), until `stop`."""
+    while not stop.is_set():
+        try:
+            item = data_q.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        with lock:
+            replay.append(item)
+            consumed[0] += 1

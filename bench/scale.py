@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from bench import cpu_time
-from bench.baselines import WorkerGroup
+from bench.baselines import WorkerGroup, naive_drain
 
 RATE_PER_COLLECTOR = 120.0  # transitions/s: one core's measured emulator rate (BENCHMARKS.md, 1 collector)
 FULL_COUNTS, QUICK_COUNTS = (1, 4, 16, 64), (1, 64)
@@ -315,14 +315,7 @@ def _naive_head(data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: 
 
         def drain() -> None:
             drain_tid.append(threading.get_native_id())
-            while not stop.is_set():
-                try:
-                    item = data_q.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                with lock:
-                    replay.append(item)
-                    consumed[0] += 1
+            naive_drain(data_q, replay, lock, consumed, stop)
 
         def sample_once() -> None:
             with lock:
