@@ -204,3 +204,30 @@ def check_scaler_state(scaler_state: Any, use_scaler: bool, where: str) -> None:
         value = scaler_state.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
             raise CheckpointError(f"{where}: {key}={value!r} is not a finite number")
+
+
+def check_learner_state(state: Any, online: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor],
+                        params: list[torch.Tensor], use_scaler: bool, where: str) -> None:
+    """A learner's `state_dict()` (online/target/optimizer/scaler/counters) that fits a learner whose
+    networks have the state dicts `online`/`target` and whose optimizer steps `params`."""
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{where}: expected a dict of online/target/optimizer/scaler/counters, "
+                              f"got {type(state).__name__}")
+    for name in ("online", "target", "optimizer", "scaler", "counters"):
+        if name not in state:
+            raise CheckpointError(f"{where}: missing {name!r}")
+    check_state_dict(online, state["online"], f"{where}[online]")
+    check_state_dict(target, state["target"], f"{where}[target]")
+    for name in ("online", "target"):
+        bad = nonfinite_report(state[name], name)
+        if bad is not None:
+            raise CheckpointError(f"{where}: non-finite weights in {bad}")
+    check_optimizer_state(state["optimizer"], params, f"{where}[optimizer]")
+    check_scaler_state(state["scaler"], use_scaler, f"{where}[scaler]")
+    c = state["counters"]
+    if not isinstance(c, Mapping):
+        raise CheckpointError(f"{where}: counters is not a dict")
+    bad_counter = next((k for k, v in c.items()
+                        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)), None)
+    if bad_counter is not None:
+        raise CheckpointError(f"{where}: counters[{bad_counter!r}] is not a finite number")

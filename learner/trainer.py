@@ -16,21 +16,16 @@ state dict and must copy what it keeps (WeightPublisher.publish does one CPU cop
 Thread use: `maybe_train`, `train_step`, `stats`, checkpointing and `close` are called from
 one thread (the head's training loop); the prefetch thread is the replay's reader thread.
 
-Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped: weights and
-optimizer state stay as they were, it is counted (`stats()["skipped_updates"]`) and warned about
-once. Where the decision is made: on CPU on the host (free); on CUDA on the device without a
-host sync -- fp16 folds a non-finite loss into the gradients so the GradScaler's own inf check
-skips the step, bf16/fp32 hand the flag to the fused Adam kernel (`found_inf`, the mechanism
-GradScaler uses); an optimizer without that support falls back to one host sync per update.
-Priorities are not written back for a batch known on the host to be skipped; on the device
-path they are, and the replay drops non-finite |TD| values. Weights holding NaN/inf are never
-handed to `on_weights` (a refused broadcast is counted) nor written to a checkpoint.
+Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped (`learner/update.py`
+says where that is decided: host or device), counted (`stats()["skipped_updates"]`) and warned
+about once. Priorities are not written back for a batch known on the host to be skipped; on the
+device path they are, and the replay drops non-finite |TD| values. Weights holding NaN/inf are
+never handed to `on_weights` (a refused broadcast is counted) nor written to a checkpoint.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,11 +36,12 @@ import numpy as np
 import torch
 
 from learner import checkpoint as ckpt
-from learner.checkpoint_checks import check_optimizer_state, check_scaler_state
-from learner.dqn import clip_gradients, dqn_loss, make_optimizer, sync_target
+from learner.checkpoint_checks import check_learner_state
+from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
 from learner.precision import resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
+from learner.update import apply_update, compile_networks
 from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import Config
@@ -138,122 +134,28 @@ class Learner:
         self.broadcasts_refused = 0
         self._device_skip = self.device.type == "cuda" and bool(getattr(self.optimizer, "_step_supports_amp_scaling",
                                                                         False))
-        # compile
-        self._fwd_online: Any = self.online
-        self._fwd_target: Any = self.target
+        # what the update calls for each network: the network itself, or its torch.compile wrapper
+        self.fwd_online: Any = self.online
+        self.fwd_target: Any = self.target
         self.compile_s = 0.0
         self.compiled = False
         self.compile_error: str | None = None
         if lc.compile_mode != "off":
-            self._compile(lc.compile_mode)
+            result = compile_networks(self, lc.compile_mode)
+            self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
+            self.compile_error, self.compile_s = result.error, result.seconds
         self._source: SyncSource | PrefetchSource | None = None
         window = float(getattr(getattr(cfg, "logging", None), "interval_s", 10.0))
         self.meter = UpdateMeter(self.device, window_s=window)
         self._grad_scale: float | None = None
 
-    # ------------------------------------------------------------------ compile
-    def _compile(self, mode: str) -> None:
-        """torch.compile both networks and run one warm-up step on zeros; eager + ONE warning on failure."""
-        t0 = time.perf_counter()
-        try:
-            self._fwd_online = torch.compile(self.online, mode=mode)
-            self._fwd_target = torch.compile(self.target, mode=mode)
-            dummy = self._dummy_batch()
-            self._forward_backward(dummy)  # triggers compilation of fwd (grad / no-grad) and bwd graphs
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            self.compiled = True
-        except Exception as exc:  # inductor/compiler missing, unsupported op, ...
-            self._fwd_online, self._fwd_target = self.online, self.target
-            self.optimizer.zero_grad(set_to_none=True)
-            self.compile_error = f"{type(exc).__name__}: {exc}"
-            warnings.warn(
-                f"torch.compile(mode={mode!r}) failed, training eagerly: {self.compile_error[:500]}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        self.compile_s = time.perf_counter() - t0
-
-    def _dummy_batch(self) -> SampleBatch:
-        b, shape = self.batch_per_update, (self.geometry["stack"], *self.geometry["obs_shape"])
-        dtype = torch.from_numpy(np.zeros(1, dtype=np.dtype(self.geometry["obs_dtype"]))).dtype
-        obs = torch.zeros((b, *shape), dtype=dtype, device=self.device)
-        z = torch.zeros(b, device=self.device)
-        return SampleBatch(obs, torch.zeros(b, dtype=torch.int64, device=self.device), z, z, obs, z + 1,
-                           np.zeros(b, dtype=np.int64))
-
     # ------------------------------------------------------------------ the update
-    def _forward_backward(self, batch: SampleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Accumulate gradients over the micro-batches; returns (loss, td_abs [B_eff], q_sum) detached."""
-        n = len(batch)
-        if n != self.batch_per_update:
-            raise ValueError(f"replay returned {n} transitions, expected batch_size x grad_accum_steps = "
-                             f"{self.batch_per_update}")
-        if self.compiled and self.lc.compile_mode == "reduce-overhead" and self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
-        td_parts, loss_total, q_total = [], torch.zeros((), device=self.device), torch.zeros((), device=self.device)
-        for k in range(self.accum):
-            sl = slice(k * self.micro, (k + 1) * self.micro)
-            obs, next_obs = batch.obs[sl], batch.next_obs[sl]
-            if self.channels_last:
-                obs = obs.contiguous(memory_format=torch.channels_last)
-                next_obs = next_obs.contiguous(memory_format=torch.channels_last)
-            with self.precision.autocast():
-                out = dqn_loss(self._fwd_online, self._fwd_target, obs, batch.actions[sl], batch.returns[sl],
-                               batch.discounts[sl], next_obs, batch.weights[sl], self.lc.double_q,
-                               normalizer=float(n))
-            self.scaler.scale(out.loss).backward()
-            td_parts.append(out.td_abs)
-            loss_total = loss_total + out.loss.detach()
-            q_total = q_total + out.q_mean * self.micro
-        td = td_parts[0] if len(td_parts) == 1 else torch.cat(td_parts)
-        return loss_total, td, q_total
-
-    def _apply_update(
-        self, batch: SampleBatch
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
-        """One optimizer step on `batch`; returns (loss, td_abs, q_sum, grad_norm, applied).
-
-        A non-finite loss or gradient norm skips the step (see the module docstring). `applied` is a
-        Python bool where that was decided on the host, else a 0-dim bool tensor on the device (no sync).
-        """
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, td, q_sum = self._forward_backward(batch)
-        if self.precision.use_scaler:
-            # x + 0 * loss is x, or NaN when the loss is NaN/inf: the scaler's inf check sees gradients only,
-            # and the Huber gradient stays finite even for an infinite target
-            grad = next((p.grad for p in self.params if p.grad is not None), None)
-            if grad is not None:
-                grad.add_(loss * 0.0)
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = clip_gradients(self.params, self.lc.max_grad_norm).detach()
-        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
-        applied: bool | torch.Tensor
-        if self.precision.use_scaler:
-            self.scaler.step(self.optimizer)  # skipped by the scaler when a gradient is non-finite
-            applied = finite
-        elif self._device_skip:
-            opt: Any = self.optimizer
-            opt.grad_scale, opt.found_inf = None, (~finite).to(torch.float32)  # fused Adam skips when 1
-            try:
-                opt.step()
-            finally:
-                del opt.grad_scale, opt.found_inf
-            applied = finite
-        else:
-            applied = bool(finite)  # host decision: free on CPU, one sync on CUDA without fused Adam
-            if applied:
-                self.optimizer.step()
-        self.scaler.update()
-        return loss, td, q_sum, grad_norm, applied
-
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
         self._ensure_initial_broadcast()
         source = self._ensure_source()
         t0 = time.perf_counter()
         batch = source.get()
-        loss, td, q_sum, grad_norm, applied = self._apply_update(batch)
+        loss, td, q_sum, grad_norm, applied = apply_update(self, batch)
         if applied is False:  # known on the host: nothing learned from this batch, its priorities stay
             self._skipped_host += 1
             self._warn_skipped(float(loss), float(grad_norm))
@@ -442,26 +344,9 @@ class Learner:
     def load_state_dict(self, state: Mapping[str, Any], where: str = "state_dict") -> None:
         """Restore `state_dict()` output; CheckpointError on any key/shape/type mismatch or non-finite
         weights (nothing changed then)."""
-        if not isinstance(state, Mapping):
-            raise ckpt.CheckpointError(f"{where}: expected a dict of online/target/optimizer/scaler/counters, "
-                                       f"got {type(state).__name__}")
-        for name in ("online", "target", "optimizer", "scaler", "counters"):
-            if name not in state:
-                raise ckpt.CheckpointError(f"{where}: missing {name!r}")
-        ckpt.check_state_dict(self.online.state_dict(), state["online"], f"{where}[online]")
-        ckpt.check_state_dict(self.target.state_dict(), state["target"], f"{where}[target]")
-        for name in ("online", "target"):
-            bad = ckpt.nonfinite_report(state[name], name)
-            if bad is not None:
-                raise ckpt.CheckpointError(f"{where}: non-finite weights in {bad}")
-        check_optimizer_state(state["optimizer"], self.params, f"{where}[optimizer]")
-        check_scaler_state(state["scaler"], self.precision.use_scaler, f"{where}[scaler]")
+        check_learner_state(state, self.online.state_dict(), self.target.state_dict(), self.params,
+                            self.precision.use_scaler, where)
         c = state["counters"]
-        bad_counter = next((k for k, v in c.items() if isinstance(v, bool) or not isinstance(v, (int, float))
-                            or not np.isfinite(v)), None) if isinstance(c, Mapping) else "counters"
-        if bad_counter is not None:
-            raise ckpt.CheckpointError(f"{where}: counters[{bad_counter!r}] is not a finite number"
-                                       if isinstance(c, Mapping) else f"{where}: counters is not a dict")
         try:  # first: Adam's own checks may still refuse it, and then nothing has changed
             self.optimizer.load_state_dict(state["optimizer"])
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
@@ -487,15 +372,9 @@ class Learner:
         state = self.state_dict()
         merged = {**dict(counters or {}), **state["counters"],
                   "transitions_added": int(self.replay.transitions_added)}
-        data = ckpt.CheckpointData(
-            geometry=self.geometry,
-            model={"online": state["online"], "target": state["target"]},
-            optimizer=state["optimizer"],
-            scaler=state["scaler"],
-            counters=merged,
-            config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}),
-            rng=ckpt.capture_rng(),
-        )
+        data = ckpt.CheckpointData(geometry=self.geometry, model={"online": state["online"], "target": state["target"]},
+                                   optimizer=state["optimizer"], scaler=state["scaler"], counters=merged,
+                                   config_json=self.cfg.to_json(), rng=ckpt.capture_rng())
         if replay is not None and self._source is not None:
             with self._source.pause():
                 return ckpt.save_checkpoint(run_dir, data, replay)
@@ -505,11 +384,8 @@ class Learner:
         """run_dir/checkpoint/ holding only the online weights (`checkpoint.eval_only`): what an evaluation
         process loads. Cheap: no optimizer state, replay or RNG."""
         merged = {**dict(counters or {}), **self.counters()}
-        data = ckpt.CheckpointData(
-            geometry=self.geometry, model={"online": self.online.state_dict(), "target": {}}, optimizer={},
-            scaler={}, counters=merged,
-            config_json=self.cfg.to_json() if hasattr(self.cfg, "to_json") else json.dumps({}), rng={},
-        )
+        data = ckpt.CheckpointData(geometry=self.geometry, model={"online": self.online.state_dict(), "target": {}},
+                                   optimizer={}, scaler={}, counters=merged, config_json=self.cfg.to_json(), rng={})
         return ckpt.save_checkpoint(run_dir, ckpt.eval_only(data))
 
     def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:
