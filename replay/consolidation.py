@@ -27,14 +27,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import zmq
 
+from replay.consolidation_types import (  # noqa: F401  (re-exported: the head's and tests' import path)
+    ALWAYS_OPEN,
+    ConsolidationStats,
+    Registrations,
+    ReplaySink,
+)
 from replay.peers import CollectorState, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
-from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.exploration import annealed_epsilon
 from shared.protocol import (
@@ -57,58 +61,6 @@ log = logging.getLogger(__name__)
 DRAIN_PER_SOCKET = 64  # messages read from one collector per poll round (fairness)
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
 RECLAIM_EVERY_S = 0.5
-
-
-class _AlwaysOpen:
-    def may_insert(self) -> bool:
-        return True
-
-
-ALWAYS_OPEN: InsertGate = _AlwaysOpen()  # no insert-side limit (Ape-X: collectors never wait)
-
-
-class Registrations(Protocol):
-    """Registration (launcher/registration.py): the control socket this thread polls, and the data
-    sockets it binds for new collectors. Called from this thread only."""
-
-    control: zmq.Socket
-    control_endpoint: str
-    hostname: str
-
-    def drain(self, open_count: int, reject: Callable[[str, str], None]) -> list[CollectorState]: ...
-    def release(self, state: CollectorState) -> None: ...
-    def close(self) -> None: ...
-
-
-class ReplaySink(Protocol):
-    def add_chunk(self, chunk: TransitionChunk) -> int: ...
-    def __len__(self) -> int: ...
-
-
-
-
-
-@dataclass(frozen=True)
-class ConsolidationStats:
-    transitions: int
-    chunks: int
-    rejected: int
-    rejected_by_reason: dict[str, int]
-    gaps: int
-    heartbeats: int
-    episodes: int
-    registrations: int
-    buffer_size: int
-    queue: int
-    collectors: dict[int, dict[str, Any]]  # open registrations only
-    recent_episodes: list[EpisodeSummary]
-    transitions_by_slot: dict[int, int]  # accepted transitions per slot over the run (closed ones included)
-    reclaimed: int
-    parked: int  # chunks read and waiting for the insert gate
-    recent_by_slot: dict[int, list[EpisodeSummary]]  # the last episode_window episodes of each exploration slot
-    errors: int = 0  # rounds that raised: a bug on the head's side (peers' bad input is `rejected` instead)
-    errors_since_accepted: int = 0  # rounds that raised since a chunk was last accepted
-    last_error: str = ""
 
 
 class ConsolidationThread(threading.Thread):
