@@ -24,16 +24,13 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from bench.workers import STARTUP_TIMEOUT_S, WorkerGroup
 from shared.config import Config, EnvConfig, is_atari, is_mario
-
-STARTUP_TIMEOUT_S = 120.0  # spawn + torch import + K env builds on a loaded 2-core box
-
 
 # ---------------------------------------------------------------------- env helpers
 
@@ -76,93 +73,6 @@ def make_project_env(env_config: EnvConfig) -> tuple[Any, tuple[int, ...], Any, 
 
     obs_shape, obs_dtype, num_actions, stack = env_spec_of(env_config)
     return make_env(env_config), tuple(obs_shape), obs_dtype, int(num_actions), int(stack)
-
-
-# ---------------------------------------------------------------------- worker harness
-class WorkerGroup:
-    """Spawned workers that build their envs once, then run timed commands on request.
-
-    Start-up (spawn, imports, K env builds: ~1 s per Mario env on a loaded 2-core box) happens
-    once per group, outside every timed window, so several measurements share one start-up.
-    Each target is called as target(*args, cmd_q, ready_q, result_q, stop_evt): it puts its
-    index on ready_q when built, then answers each command from cmd_q on result_q until None.
-    """
-
-    def __init__(self, target: Callable[..., None], args_list: list[tuple[Any, ...]], data_queue: Any = None) -> None:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        self.ready_q, self.result_q, self.stop_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
-        self.cmd_qs = [ctx.Queue() for _ in args_list]
-        self.data_queue = data_queue
-        self.procs = [
-            ctx.Process(target=target, args=(*a, cq, self.ready_q, self.result_q, self.stop_evt), daemon=True)
-            for a, cq in zip(args_list, self.cmd_qs, strict=True)
-        ]
-
-    def __enter__(self) -> WorkerGroup:
-        t0 = time.perf_counter()
-        for p in self.procs:
-            p.start()
-        try:
-            self._await(self.ready_q, len(self.procs), "ready")
-        except BaseException:
-            self.close()
-            raise
-        self.startup_s = time.perf_counter() - t0  # reported so the bench's own wall time is explained
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def send(self, indices: list[int], command: Any) -> None:
-        for i in indices:
-            self.cmd_qs[i].put(command)
-
-    def results(self, count: int) -> list[Any]:
-        return self._await(self.result_q, count, "result")
-
-    def close(self) -> None:
-        self.stop_evt.set()
-        for cq in self.cmd_qs:
-            cq.put(None)
-        deadline = time.monotonic() + 10.0
-        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
-            _discard(self.data_queue)  # a child cannot exit while its queue feeder still holds data
-            time.sleep(0.02)
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-            p.join(timeout=5.0)
-
-    def _await(self, q: Any, count: int, what: str) -> list[Any]:
-        got: list[Any] = []
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while len(got) < count:
-            try:
-                item = q.get(timeout=0.1)
-            except queue.Empty:
-                _discard(self.data_queue)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{count - len(got)} of {count} workers sent no {what} in {STARTUP_TIMEOUT_S:.0f} s") from None
-                dead = [p for p in self.procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"worker exited with code {dead[0].exitcode} before sending its {what}") from None
-                continue
-            if isinstance(item, dict) and "error" in item:
-                raise RuntimeError(f"worker failed: {item['error']}")
-            got.append(item)
-        return got
-
-
-def _discard(q: Any) -> None:
-    if q is None:
-        return
-    try:
-        while True:
-            q.get_nowait()
-    except (queue.Empty, OSError, ValueError):
-        pass
 
 
 # ---------------------------------------------------------------------- emulator ceiling

@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import json
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -40,7 +37,15 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported anywhere in this tree
 
+from bench.components import COMPONENTS, call_component, null_hint  # noqa: E402
 from bench.report import PHYSICAL_LIMIT, assemble_report, format_table, machine_facts, write_report  # noqa: E402
+from bench.steady import (  # noqa: E402  (steady_rates, window_cpu_per_1k: also the tests' import path)
+    median,
+    pair_figures,
+    steady_rates,
+    stop_after_first_data,
+    window_cpu_per_1k,
+)
 from shared.config import Config, ConfigError  # noqa: E402
 
 PARTS = ("ceiling", "naive", "pipeline", "components", "scale", "sweep")
@@ -51,29 +56,12 @@ QUICK_SECONDS, FULL_SECONDS = 3.0, 20.0
 REPEATS = {True: 1, False: 3}
 QUICK_ENVS = 2
 QUICK_SWEEP, FULL_SWEEP = (), (1, 2, 4)
-CPU_WATCH_S = 0.05  # how often the pipeline watcher looks for a new metrics row (and snapshots CPU)
 # like-for-like training: the naive learner trains as fast as it can, so ours runs without a replay ratio too
 TRAIN_PAIR_SETS = ("learner.samples_per_insert=0", "learner.max_insert_lead=0")
 PIPELINE_LOG_S = 0.5  # head metrics period during the bench: the steady rate is read from these rows
 BENCH_CHUNK_STEPS = 16  # per-env chunk for pipeline runs (unless --set): at 128 a message takes ~25 s on 2 cores
 STARTUP_ALLOWANCE_S = {True: 40.0, False: 90.0}  # cap on head start-up before the timed window (quick, full)
 BENCH_WARMUP = 256  # transitions before timed training: enough to sample batches from, small for --quick
-
-# Component benches owned by other modules: (candidate (module, function) pairs, keys they report).
-COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
-    "replay": (
-        (("replay.bench", "run_replay_bench"),),
-        ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
-         "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms",
-         "insert_copy_floor_tps"),
-    ),
-    "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
-        (("actors.bench", "run_transport_bench"),),
-        ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
-    ),
-    "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s",)),
-}
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
@@ -214,7 +202,7 @@ class Bench:
             stop, done = threading.Event(), threading.Event()
             kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train,
                                       "stop_event": stop}
-            threading.Thread(target=_stop_after_first_data, daemon=True, name="bench-watch",
+            threading.Thread(target=stop_after_first_data, daemon=True, name="bench-watch",
                              args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done, snaps)).start()
             try:
                 with open(log_path, "w") as log, contextlib.redirect_stdout(log):  # progress lines would bury the table
@@ -230,7 +218,7 @@ class Bench:
             return None
         steady = steady_rates(run_dir / "metrics.jsonl")
         res["steady"] = steady
-        res["cpu_s_per_1k_steps"] = _window_cpu_per_1k(steady, snaps)
+        res["cpu_s_per_1k_steps"] = window_cpu_per_1k(steady, snaps)
         self.details.setdefault(label.rsplit("_", 1)[0], []).append(res)
         rate = steady.get("env_steps_per_s")
         if rate is None:
@@ -291,52 +279,15 @@ class Bench:
             self._ceiling_by_n[n] = self.figures["emulator_ceiling_sps"]
         if "pipeline_sps" in self.figures:
             self._pipeline_by_n[n] = self.figures["pipeline_sps"]
-        cpu = {phase: median([r["cpu_s_per_1k_steps"] for r in recs if r.get("cpu_s_per_1k_steps") is not None])
-               for phase, recs in reps.items()}
-        if any(v is not None for v in cpu.values()):
-            self.figures["cpu_s_per_1k_steps"] = cpu
-        else:
+        figures, details = pair_figures(reps, self.cfg.learner.batch_size, TRAIN_PAIR_SETS)
+        self.figures.update(figures)
+        self.details.update(details)
+        if "cpu_s_per_1k_steps" not in figures:
             self.errors.setdefault("cpu_s_per_1k_steps", "no phase was measured" if not reps else
                                    "no CPU figure: /proc/<pid>/stat unreadable here")
-        self.details["repeats"] = reps
-        # cores the design kept busy in its window (rate x CPU per step): below the machine's cores
-        # when other tenants took them, so wall-clock rates of two windows compare only at equal cores
-        self.details["cores_used"] = {
-            phase: median([r["sps"] * r["cpu_s_per_1k_steps"] / 1000.0 for r in recs if r.get("cpu_s_per_1k_steps")])
-            for phase, recs in reps.items()}
-        pairs = list(zip(reps.get("ceiling", []), reps.get("pipeline", []), strict=False))
-        self.figures["pipeline_efficiency"] = spread([p["sps"] / c["sps"] for c, p in pairs if c["sps"]])
-        # CPU efficiency against the env the collectors step (the project env: the package env's
-        # per-frame Python work, which the raw ceiling pays, is not the pipeline's); the raw
-        # ceiling's version is in details. Per repeat, both sides from the same round.
-        def cpu_ratio(ref: str, phase: str) -> dict[str, Any] | None:
-            both = zip(reps.get(ref, []), reps.get(phase, []), strict=False)
-            return spread([e["cpu_s_per_1k_steps"] / p["cpu_s_per_1k_steps"] for e, p in both
-                           if e.get("cpu_s_per_1k_steps") and p.get("cpu_s_per_1k_steps")])
-
-        self.figures["cpu_efficiency"] = cpu_ratio("project_env", "pipeline")
-        self.figures["cpu_efficiency_training"] = cpu_ratio("project_env", "training")
-        self.details["cpu_efficiency_vs_raw_ceiling"] = {"draining": cpu_ratio("ceiling", "pipeline"),
-                                                         "training": cpu_ratio("ceiling", "training")}
         for key in ("pipeline_efficiency", "cpu_efficiency", "cpu_efficiency_training"):
-            if self.figures[key] is None:
+            if figures[key] is None:
                 self.errors.setdefault(key, "needs at least one ceiling and one pipeline repeat")
-        ours, naive = reps.get("training", []), reps.get("naive_train", [])
-        if ours or naive:
-            self.figures["train_pair"] = {
-                "ours_sps": median([r["sps"] for r in ours]), "ours_ups": median([r["ups"] for r in ours if r.get("ups") is not None]),
-                "naive_sps": median([r["sps"] for r in naive]), "naive_ups": median([r["ups"] for r in naive]),
-            }
-            self.details["train_pair_spread"] = {
-                "ours_sps": spread([r["sps"] for r in ours]), "naive_sps": spread([r["sps"] for r in naive]),
-                "ours_ups": spread([r["ups"] for r in ours if r.get("ups") is not None]),
-                "naive_ups": spread([r["ups"] for r in naive]),
-                "settings": {"batch_size": self.cfg.learner.batch_size, "overrides": list(TRAIN_PAIR_SETS),
-                             "replay_ratio_ours": _replay_ratio(ours, self.cfg.learner.batch_size),
-                             "replay_ratio_naive": _replay_ratio(naive, self.cfg.learner.batch_size)},
-            }
-        drains = list(zip(reps.get("naive_drain", []), reps.get("pipeline", []), strict=False))
-        self.details["drain_pair"] = {"ours_over_naive": spread([p["sps"] / d["sps"] for d, p in drains if d["sps"]])}
 
     def scale(self) -> None:
         from bench.scale import run_scale
@@ -357,7 +308,7 @@ class Bench:
 
     def components(self) -> None:
         for name, (candidates, keys) in COMPONENTS.items():
-            res = self.attempt(name, keys, lambda c=candidates: _call_component(c, self.quick))
+            res = self.attempt(name, keys, lambda c=candidates: call_component(c, self.quick))
             if res is None:
                 continue
             self.details[name] = res
@@ -367,7 +318,7 @@ class Bench:
                 elif isinstance(res.get("errors"), dict) and key in res["errors"]:
                     self.errors[key] = f"{name}: {res['errors'][key]}"
                 elif key in res:
-                    self.errors[key] = f"{name}: its bench returned null for {key!r}" + _null_hint(key)
+                    self.errors[key] = f"{name}: its bench returned null for {key!r}" + null_hint(key)
                 else:
                     self.errors[key] = f"{name}: its bench reported no {key!r}"
 
@@ -432,72 +383,6 @@ class Bench:
         return report
 
 
-def _stop_after_first_data(path: Path, seconds: float, stop: threading.Event, done: threading.Event,
-                           snaps: dict[int, tuple[float, dict[int, float]]] | None = None) -> None:
-    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps. Until
-    `done` (the run has returned), put (env_steps, CPU snapshot of the process tree) in `snaps[i]`
-    as soon as row i appears: the last rows are written after `stop`, while the head shuts down."""
-    from bench import cpu_time
-
-    first: float | None = None
-    rows = 0
-    while not done.is_set():
-        try:
-            lines = [line for line in path.read_text().splitlines() if line.strip()]
-        except OSError:
-            lines = []
-        if len(lines) > rows:
-            if snaps is not None:
-                snap = cpu_time.tree_cpu()
-                for i in range(rows, len(lines)):
-                    try:
-                        snaps[i] = (float(json.loads(lines[i]).get("env_steps", 0)), snap)
-                    except ValueError:  # a row still being written: read again next time
-                        break
-            rows = len(snaps) if snaps is not None else len(lines)
-            if first is None and "first_data_after_s" in steady_rates(path, need_rows=1):
-                first = time.monotonic()
-        if first is not None and not stop.is_set() and time.monotonic() - first >= seconds:
-            stop.set()
-        done.wait(CPU_WATCH_S)
-
-
-def _window_cpu_per_1k(steady: dict[str, Any], snaps: dict[int, tuple[float, dict[int, float]]]) -> float | None:
-    """CPU seconds per 1,000 env steps from the steady window's first row to its last row that
-    has a snapshot and new steps (the watcher may miss the very last row of a shutting-down head)."""
-    from bench import cpu_time
-
-    a, b = steady.get("first_row"), steady.get("last_row")
-    if a is None or b is None or a not in snaps:
-        return None
-    steps_a, cpu_a = snaps[a]
-    ends = [i for i in snaps if a < i <= b and snaps[i][0] > steps_a]
-    if not ends:
-        return None
-    steps_b, cpu_b = snaps[max(ends)]
-    return cpu_time.per_1k(cpu_time.cpu_between(cpu_a, cpu_b), steps_b - steps_a)
-
-
-def median(values: list[float]) -> float | None:
-    import statistics
-
-    return float(statistics.median(values)) if values else None
-
-
-def spread(values: list[float]) -> dict[str, Any] | None:
-    """{median, min, max, values} of the repeats (None when there is none)."""
-    if not values:
-        return None
-    return {"median": median(values), "min": float(min(values)), "max": float(max(values)),
-            "values": [float(v) for v in values]}
-
-
-def _replay_ratio(records: list[dict[str, Any]], batch: int) -> float | None:
-    """Sampled transitions per consumed one (updates x batch / env steps), median over repeats."""
-    ratios = [r["ups"] * batch / r["sps"] for r in records if r.get("ups") is not None and r.get("sps")]
-    return median(ratios)
-
-
 def _why(details: dict[str, Any], label: str) -> str:
     """The recorded reason a phase has no figure (its last failure), or 'not measured'."""
     found = details.get(label)
@@ -509,88 +394,6 @@ def _why(details: dict[str, Any], label: str) -> str:
         if key.startswith(label + "_") and isinstance(value, dict) and value.get("error"):
             return str(value["error"])
     return "not measured"
-
-
-def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
-    """env_steps/s and updates/s from the first metrics row with data to the last row where data arrived.
-
-    Why both ends sit on arrivals: the head counts env steps when a chunk lands, i.e. in bursts of
-    envs_per_collector * chunk_steps per collector. A window ending between bursts would count
-    the time of a partial period but none of its steps: up to one whole period too little (~25%
-    of a 4 s --quick window), while the baselines count every step as it happens. Between two
-    rows that each follow an arrival lie whole periods only. updates/s uses the same window.
-    """
-    try:
-        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        return {"why": f"no readable {metrics_path.name}: {exc}"}
-    index = [i for i, r in enumerate(rows)  # line numbers of the usable rows (the watcher's snapshot keys)
-             if isinstance(r.get("time"), (int, float)) and isinstance(r.get("env_steps"), (int, float))]
-    rows = [rows[i] for i in index]
-    if not rows:
-        return {"why": "metrics.jsonl has no rows with time and env_steps"}
-    base = rows[0]["env_steps"]
-    first = next((i for i, r in enumerate(rows) if r["env_steps"] > base), None)
-    if first is None:
-        return {"why": f"{len(rows)} metrics rows, none with env steps"}
-    if need_rows <= 1:
-        return {"first_data_after_s": rows[first]["time"] - rows[0]["time"]}
-    if first >= len(rows) - 1:
-        return {"why": f"{len(rows)} metrics rows, fewer than 2 from the first data on"}
-    last = max(i for i in range(first, len(rows)) if i == first or rows[i]["env_steps"] > rows[i - 1]["env_steps"])
-    a, b = rows[first], rows[last]
-    dt = b["time"] - a["time"]
-    if dt <= 0 or b["env_steps"] <= a["env_steps"]:
-        return {"why": "no env steps arrived after the first data row"}
-    out: dict[str, Any] = {"env_steps_per_s": (b["env_steps"] - a["env_steps"]) / dt, "window_s": dt,
-                           "first_data_after_s": a["time"] - rows[0]["time"], "rows": last - first + 1,
-                           "steps": b["env_steps"] - a["env_steps"], "first_row": index[first], "last_row": index[last]}
-    if isinstance(a.get("updates"), (int, float)) and isinstance(b.get("updates"), (int, float)):
-        out["updates_per_s"] = (b["updates"] - a["updates"]) / dt
-    return out
-
-
-def _null_hint(key: str) -> str:
-    """A checked (not guessed) reason for a null component figure, where one is known."""
-    import importlib.util
-
-    if key.startswith("torchrl") and importlib.util.find_spec("torchrl") is None:
-        return " (torchrl is not installed)"
-    return " (no reason given)"
-
-
-def _run_in_subprocess(module_name: str, func_name: str, quick: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-m", module_name, *(["--quick"] if quick else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.strip()[-500:]}")
-    result = json.loads(done.stdout[done.stdout.index("{"):])
-    return {**result, "source": f"{module_name}.{func_name} (subprocess)"}
-
-
-def _call_component(candidates: tuple[tuple[str, str], ...], quick: bool) -> dict[str, Any]:
-    """Call the component's bench(quick). Collector-side benches (actors/) run in a child
-    process (`python -m MODULE [--quick]`, JSON on stdout) so this process never imports actors/."""
-    missing = []
-    for module_name, func_name in candidates:
-        if module_name.startswith("actors."):
-            return _run_in_subprocess(module_name, func_name, quick)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-                missing.append(module_name)
-                continue
-            raise
-        fn = getattr(module, func_name, None)
-        if fn is None:
-            missing.append(f"{module_name}.{func_name}")
-            continue
-        result = fn(quick)
-        if not isinstance(result, dict):
-            raise TypeError(f"{module_name}.{func_name} returned {type(result).__name__}, expected dict")
-        return {**result, "source": f"{module_name}.{func_name}"}
-    raise ImportError(f"not available: {', '.join(missing)}")
 
 
 def main(argv: list[str] | None = None) -> int:

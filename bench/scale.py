@@ -15,7 +15,8 @@ A few sender processes each own many collectors, every one with its own sockets.
 
 Naive: the seed design in the same harness: each synthetic collector puts one transition
 (4x84x84 state and next state stacks, as the seed's collector did) at a time on one shared
-`multiprocessing.Queue` (pickled); the head's drain thread moves them into a locked `deque`.
+`multiprocessing.Queue` (pickled); the head's drain thread moves them into a locked `deque`
+(bench/scale_naive.py).
 
 In both heads a consumer thread stands in for a GPU learner: it samples batches of
 SAMPLE_BATCH as fast as it can (ours: PER sample then update_priorities with new |td|; naive:
@@ -37,82 +38,25 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import os
-import queue
-import random
-import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench import cpu_time
-from bench.baselines import WorkerGroup, naive_drain
+from bench.scale_consumer import PREFILL_TRANSITIONS, SAMPLE_BATCH, Consumer, measure_window
+from bench.scale_naive import NAIVE_CAPACITY, NAIVE_QUEUE_MAX, naive_head, naive_senders
+from bench.workers import WorkerGroup
 
 RATE_PER_COLLECTOR = 120.0  # transitions/s: one core's measured emulator rate (BENCHMARKS.md, 1 collector)
 FULL_COUNTS, QUICK_COUNTS = (1, 4, 16, 64), (1, 64)
 FULL_WINDOW_S, QUICK_WINDOW_S = 8.0, 2.5
 WARM_S = 1.0  # between the senders' start and the timed window: credits and sockets settle
 SENDER_PROCESSES = 2  # each owns N / SENDER_PROCESSES collectors (one when N == 1)
-SAMPLE_BATCH = 512
 SAMPLE_GOAL_PER_S = 100.0  # batches/s a GPU learner at ~100 updates/s would ask for
 CAPACITY_COLLECTORS = 64
 FULL_CAPACITY_STEPS, QUICK_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, None), (4.0, None)  # x RATE_PER_COLLECTOR
 KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was offered
-PREFILL_TRANSITIONS = 4096  # written before any window so the consumer samples from the first second
-NAIVE_CAPACITY = 16_384  # deque length: 56 KiB per transition (0.9 GiB), our replay holds the profile's
-NAIVE_QUEUE_MAX = 2048  # items on the naive queue before put() refuses (bounds the backlog's memory)
-STACK, N_STEP = 4, 3
-
-
-# ---------------------------------------------------------------------- consumer (stands in for the learner)
-class Consumer(threading.Thread):
-    """Samples batches as fast as it can (or at `pace` batches/s) and keeps each sample's latency."""
-
-    def __init__(self, sample_once: Any) -> None:
-        super().__init__(name="scale-consumer", daemon=True)
-        self.sample_once = sample_once  # () -> None: one batch, priorities written back where the design has them
-        self.pace: float | None = None
-        self.batches = 0
-        self.latencies: list[float] = []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        next_at = time.perf_counter()
-        while not self.stop_event.is_set():
-            if self.pace:
-                now = time.perf_counter()
-                if now < next_at:
-                    time.sleep(next_at - now)
-                next_at = max(next_at + 1.0 / self.pace, time.perf_counter() - 1.0 / self.pace)
-            t0 = time.perf_counter()
-            self.sample_once()
-            self.latencies.append(time.perf_counter() - t0)
-            self.batches += 1
-
-
-def _window(consumer: Consumer, ingested: Any, seconds: float, pace: float | None,
-            ingest_tid: int | None) -> dict[str, Any]:
-    """Measure one steady window in the head process: ingest, sampling, CPU of the head and its ingest thread."""
-    consumer.pace = pace
-    time.sleep(0.2)  # the consumer's pace changed: let it settle
-    pid = os.getpid()
-    b0, n0, l0 = consumer.batches, ingested(), len(consumer.latencies)
-    c0, i0, t0 = cpu_time.process_cpu_s(pid), cpu_time.thread_cpu_s(ingest_tid) if ingest_tid else None, time.perf_counter()
-    time.sleep(seconds)
-    b1, n1, lat = consumer.batches, ingested(), consumer.latencies[l0:]
-    c1, i1, t1 = cpu_time.process_cpu_s(pid), cpu_time.thread_cpu_s(ingest_tid) if ingest_tid else None, time.perf_counter()
-    dt = t1 - t0
-    del consumer.latencies[:]
-    return {
-        "ingested_tps": (n1 - n0) / dt, "sample_batches_per_s": (b1 - b0) / dt, "window_s": dt,
-        "sample_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat else None,
-        "sample_p99_ms": float(np.percentile(lat, 99) * 1e3) if lat else None,
-        "head_cpu_frac": (c1 - c0) / dt if c0 is not None and c1 is not None else None,
-        "ingest_thread_cpu_frac": (i1 - i0) / dt if i0 is not None and i1 is not None else None,
-    }
 
 
 # ---------------------------------------------------------------------- our head
@@ -168,7 +112,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
                     result_q.put({"endpoint": consolidation.control_endpoint})
                 elif kind == "measure":
                     _, seconds, pace = command
-                    res = _window(consumer, lambda: consolidation.transitions, seconds, pace,
+                    res = measure_window(consumer, lambda: consolidation.transitions, seconds, pace,
                                   consolidation.native_id)
                     st = consolidation.stats()
                     result_q.put({**res, "open_registrations": len(st.collectors), "rejected": st.rejected,
@@ -282,114 +226,6 @@ def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any,
         result_q.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-# ---------------------------------------------------------------------- the naive design
-def _naive_transitions(limit: int = 256) -> list[tuple[np.ndarray, int, float, np.ndarray, bool]]:
-    """(state, action, reward, next_state, done) of the seed's collector, cut from the recorded chunks."""
-    from bench.recorded import load_chunks
-
-    chunks, _ = load_chunks()
-    out = []
-    for c in chunks:
-        for i in range(max(c.first_start, STACK - 1), c.num_frames - 1):
-            if c.actions[i] < 0:
-                continue
-            s, s2 = c.frames[i - STACK + 1:i + 1], c.frames[i - STACK + 2:i + 2]
-            out.append((np.ascontiguousarray(s), int(c.actions[i]), float(c.rewards[i]), np.ascontiguousarray(s2), False))
-            if len(out) >= limit:
-                return out
-    return out
-
-
-def _naive_head(data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
-    """The seed's head: a drain thread (queue -> locked deque) and a consumer (random.sample + np.stack)."""
-    try:
-        replay: deque[tuple[Any, ...]] = deque(maxlen=NAIVE_CAPACITY)
-        lock = threading.Lock()
-        base = _naive_transitions()
-        for i in range(PREFILL_TRANSITIONS):
-            s, a, r, s2, d = base[i % len(base)]
-            replay.append((s.copy(), a, r, s2.copy(), d))
-        consumed = [0]
-        stop = threading.Event()
-        drain_tid: list[int] = []
-
-        def drain() -> None:
-            drain_tid.append(threading.get_native_id())
-            naive_drain(data_q, replay, lock, consumed, stop)
-
-        def sample_once() -> None:
-            with lock:
-                batch = random.sample(replay, SAMPLE_BATCH)
-            for column in zip(*batch, strict=True):  # the seed's batching: one np.stack per field
-                np.stack(column)
-
-        drainer = threading.Thread(target=drain, name="naive-drain", daemon=True)
-        drainer.start()
-        consumer = Consumer(sample_once)
-        consumer.start()
-        ready_q.put(0)
-        try:
-            while (command := cmd_q.get()) is not None:
-                kind = command[0]
-                if kind == "measure":
-                    _, seconds, pace = command
-                    res = _window(consumer, lambda: consumed[0], seconds, pace, drain_tid[0] if drain_tid else None)
-                    result_q.put({**res, "replay_len": len(replay)})
-                elif kind == "settle":  # the backlog of the last row is not the next row's ingest
-                    deadline = time.monotonic() + 30.0
-                    last = -1
-                    while time.monotonic() < deadline and consumed[0] != last:
-                        last = consumed[0]
-                        time.sleep(0.3)
-                    result_q.put({"consumed": consumed[0]})
-        finally:
-            stop.set()
-            consumer.stop_event.set()
-            drainer.join(5.0)
-            consumer.join(5.0)
-    except Exception as exc:  # noqa: BLE001
-        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
-
-
-def _naive_senders(index: int, data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
-    """Per command ("run", None, k, rate, start_at, seconds): k collectors putting one transition at a time."""
-    try:
-        base = _naive_transitions()
-        ready_q.put(index)
-        while (command := cmd_q.get()) is not None:
-            _, _, k, rate, start_at, seconds = command
-            result_q.put({"index": index, "registered": k})
-            while time.time() < start_at:
-                time.sleep(0.005)
-            now = time.monotonic()
-            end = now + seconds
-            period = 1.0 / rate if rate else 0.0
-            due = [(now + (j / max(1, k)) * period, j) for j in range(k)]
-            heapq.heapify(due)
-            sent = blocked = 0
-            cursor = index * 31
-            while now < end:
-                t_due, j = due[0]
-                if t_due > now:
-                    time.sleep(min(t_due - now, 0.05))
-                    now = time.monotonic()
-                    continue
-                try:
-                    data_q.put_nowait(base[cursor % len(base)])  # pickled by the queue's feeder thread
-                except queue.Full:  # the head is behind: this collector falls behind
-                    blocked += 1
-                    time.sleep(0.001)
-                    now = time.monotonic()
-                    continue
-                cursor += 1
-                sent += 1
-                heapq.heapreplace(due, (max(t_due + period, now - 2 * period), j))
-                now = time.monotonic()
-            result_q.put({"index": index, "sent_transitions": sent, "held_back": blocked, "seconds": seconds})
-    except Exception as exc:  # noqa: BLE001
-        result_q.put({"error": f"{type(exc).__name__}: {exc}"})
-
-
 # ---------------------------------------------------------------------- the harness
 def _split(n: int, parts: int) -> list[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
@@ -435,7 +271,7 @@ def run_design(design: str, cfg: Any, counts: tuple[int, ...], window_s: float,
     else:
         data_q = mp.get_context("spawn").Queue(maxsize=NAIVE_QUEUE_MAX)
         head_args, sender_args = [(data_q,)], [(i, data_q) for i in range(SENDER_PROCESSES)]
-        head_target, sender_target = _naive_head, _naive_senders
+        head_target, sender_target = naive_head, naive_senders
     out: dict[str, Any] = {"design": design, "rows": []}
     with WorkerGroup(head_target, head_args, data_queue=None) as head, \
             WorkerGroup(sender_target, sender_args, data_queue=data_q) as senders:

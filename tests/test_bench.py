@@ -213,8 +213,8 @@ def test_pipeline_cpu_is_read_between_the_window_rows(tmp_path):
     steady = {"first_row": 1, "last_row": 4, "steps": 500}
     snaps = {1: (100.0, {10: 1.0, 11: 2.0}), 3: (500.0, {10: 2.0, 11: 4.0, 12: 1.0})}  # pid 12 started inside
     # row 4 (written while the head shut down) has no snapshot: the window ends at row 3, steps and CPU alike
-    assert bench._window_cpu_per_1k(steady, snaps) == pytest.approx(1000 * 4.0 / 400)
-    assert bench._window_cpu_per_1k({"first_row": 0, "last_row": 3, "steps": 400}, snaps) is None
+    assert bench.window_cpu_per_1k(steady, snaps) == pytest.approx(1000 * 4.0 / 400)
+    assert bench.window_cpu_per_1k({"first_row": 0, "last_row": 3, "steps": 400}, snaps) is None
     rows = [{"time": 0.0, "env_steps": 0}, {"time": 1.0, "env_steps": 100}, {"time": 3.0, "env_steps": 500}]
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")

@@ -1,0 +1,71 @@
+"""The component benches `make bench` calls (replay, transport, learner), each owned by its component.
+
+Collector-side benches (actors/) run in a child process (`python -m MODULE [--quick]`, JSON on
+stdout), so the bench driver never imports actors/.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from typing import Any
+
+# Component benches owned by other modules: (candidate (module, function) pairs, keys they report).
+COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
+    "replay": (
+        (("replay.bench", "run_replay_bench"),),
+        ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
+         "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms",
+         "insert_copy_floor_tps"),
+    ),
+    "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
+        (("actors.bench", "run_transport_bench"),),
+        ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
+    ),
+    "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s",)),
+}
+
+
+def null_hint(key: str) -> str:
+    """A checked (not guessed) reason for a null component figure, where one is known."""
+    import importlib.util
+
+    if key.startswith("torchrl") and importlib.util.find_spec("torchrl") is None:
+        return " (torchrl is not installed)"
+    return " (no reason given)"
+
+
+def run_in_subprocess(module_name: str, func_name: str, quick: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-m", module_name, *(["--quick"] if quick else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    result = json.loads(done.stdout[done.stdout.index("{"):])
+    return {**result, "source": f"{module_name}.{func_name} (subprocess)"}
+
+
+def call_component(candidates: tuple[tuple[str, str], ...], quick: bool) -> dict[str, Any]:
+    """Call the component's bench(quick). Collector-side benches (actors/) run in a child
+    process (`python -m MODULE [--quick]`, JSON on stdout) so this process never imports actors/."""
+    missing = []
+    for module_name, func_name in candidates:
+        if module_name.startswith("actors."):
+            return run_in_subprocess(module_name, func_name, quick)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+                missing.append(module_name)
+                continue
+            raise
+        fn = getattr(module, func_name, None)
+        if fn is None:
+            missing.append(f"{module_name}.{func_name}")
+            continue
+        result = fn(quick)
+        if not isinstance(result, dict):
+            raise TypeError(f"{module_name}.{func_name} returned {type(result).__name__}, expected dict")
+        return {**result, "source": f"{module_name}.{func_name}"}
+    raise ImportError(f"not available: {', '.join(missing)}")
