@@ -4,9 +4,8 @@ The functions here take the learner's training parts (`UpdateParts`: networks, o
 precision policy) and do exactly one thing each; `learner.trainer.Learner` owns those parts,
 the counters, the replay source and the broadcasts around them.
 
-Micro-batches. An effective batch of ``batch_size x grad_accum_steps`` transitions comes from
-ONE replay sample and is split into ``grad_accum_steps`` micro-batches; each micro-loss divides
-by the effective batch size, so the accumulated gradient equals the one-big-batch gradient.
+Micro-batches: see learner/trainer.py; each micro-loss divides by the effective batch size, so the
+accumulated gradient equals the one-big-batch gradient.
 
 Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped: weights and
 optimizer state stay as they were. Where the decision is made: on CPU on the host (free); on
@@ -68,19 +67,18 @@ class Compiled:
 def compile_networks(parts: UpdateParts, mode: str) -> Compiled:
     """torch.compile both networks and run one warm-up update on zeros; eager + ONE warning on failure.
 
-    Sets `parts.fwd_online`/`fwd_target`/`compiled` for the warm-up and leaves them as the result says."""
+    Sets `parts.fwd_online`/`fwd_target` for the warm-up (back to the eager networks on failure)."""
     t0 = time.perf_counter()
     try:
         parts.fwd_online = torch.compile(parts.online, mode=mode)
         parts.fwd_target = torch.compile(parts.target, mode=mode)
-        parts.compiled = True
         forward_backward(parts, dummy_batch(parts))  # compiles fwd (grad / no-grad) and bwd graphs
         parts.optimizer.zero_grad(set_to_none=True)
         if parts.device.type == "cuda":
             torch.cuda.synchronize(parts.device)
         return Compiled(parts.fwd_online, parts.fwd_target, True, None, time.perf_counter() - t0)
     except Exception as exc:  # inductor/compiler missing, unsupported op, ...
-        parts.fwd_online, parts.fwd_target, parts.compiled = parts.online, parts.target, False
+        parts.fwd_online, parts.fwd_target = parts.online, parts.target
         parts.optimizer.zero_grad(set_to_none=True)
         error = f"{type(exc).__name__}: {exc}"
         warnings.warn(f"torch.compile(mode={mode!r}) failed, training eagerly: {error[:500]}",
