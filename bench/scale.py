@@ -113,7 +113,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
                 elif kind == "measure":
                     _, seconds, pace = command
                     res = measure_window(consumer, lambda: consolidation.transitions, seconds, pace,
-                                  consolidation.native_id)
+                                         consolidation.native_id)
                     st = consolidation.stats()
                     result_q.put({**res, "open_registrations": len(st.collectors), "rejected": st.rejected,
                                   "rejected_by_reason": st.rejected_by_reason, "gaps": st.gaps,

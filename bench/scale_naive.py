@@ -75,7 +75,8 @@ def naive_head(data_q: Any, cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: A
                 kind = command[0]
                 if kind == "measure":
                     _, seconds, pace = command
-                    res = measure_window(consumer, lambda: consumed[0], seconds, pace, drain_tid[0] if drain_tid else None)
+                    res = measure_window(consumer, lambda: consumed[0], seconds, pace,
+                                         drain_tid[0] if drain_tid else None)
                     result_q.put({**res, "replay_len": len(replay)})
                 elif kind == "settle":  # the backlog of the last row is not the next row's ingest
                     deadline = time.monotonic() + 30.0
