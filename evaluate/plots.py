@@ -109,7 +109,8 @@ def _axes(title: str):
 def _finish(plt, fig, axes, out_png: str | Path) -> Path:
     for ax in (a for row in axes for a in row):
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize=7)
+    # every panel draws the same series: one legend, where rising curves leave room (top left)
+    axes[0][0].legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
