@@ -162,6 +162,28 @@ class SegmentReader:
         nxt = stack_indices(boots, st.floor[boots].astype(np.int64), self.stack)
         return np.stack((obs, nxt))
 
+    def _gather_stacks(self, slots: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
+        """[2 * B * S, *obs] frames: the B obs stacks, then the B next-state stacks.
+
+        CPU storage: a stack not padded by its episode start is S consecutive ring slots
+        (segments never wrap), so it is gathered as one run; the few padded stacks (an
+        episode's first S-1 transitions) are then overwritten with a per-frame gather. CUDA
+        storage keeps the per-frame gather (the run gather is measured on CPU only).
+        """
+        st, s = self.storage, self.stack
+        if st.device.type == "cuda" or out is None:
+            return st.gather(torch.from_numpy(self._frame_slots(slots).reshape(-1)).to(st.device), out)
+        newest = np.concatenate((slots, st.boot[slots].astype(np.int64)))
+        floors = st.floor[newest].astype(np.int64)
+        firsts = newest - (s - 1)
+        padded = np.flatnonzero(firsts < floors)
+        stacks = st.gather_windows(torch.from_numpy(np.clip(firsts, 0, st.capacity - s)), s, out)
+        if padded.size:
+            idx = stack_indices(newest[padded], floors[padded], s)
+            stacks[torch.from_numpy(padded)] = st.gather(torch.from_numpy(idx.reshape(-1))).view(
+                padded.size, s, *st.obs_shape)
+        return out
+
     def sample(self, batch_size: int, beta: float = 0.4) -> SampleBatch:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be >= 1")
@@ -172,8 +194,7 @@ class SegmentReader:
         cuda = st.device.type == "cuda"
         slots, row_abs, probs = self._draw(b)
         # rows of `frames`: the B obs stacks, then the B next stacks -> view [2, B, S, *obs]
-        frames = self._out(2 * b * s)
-        frames = st.gather(torch.from_numpy(self._frame_slots(slots).reshape(-1)).to(st.device), frames)
+        frames = self._gather_stacks(slots, self._out(2 * b * s))
         actions, returns, discounts = st.action[slots], st.ret[slots], st.disc[slots]
         rounds = 0
         while True:

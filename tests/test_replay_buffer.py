@@ -363,3 +363,16 @@ def test_nonfinite_priority_updates_are_skipped_and_counted() -> None:
     assert torch.all(torch.isfinite(batch.weights)) and float(batch.weights.max()) == 1.0
     buf.update_priorities(batch.indices, torch.full((8,), float("nan")))  # the learner's tensor form too
     assert buf._reader.nonfinite_priorities_skipped == 10
+
+
+def test_a_large_cpu_ring_is_a_zeroed_writable_tensor_of_its_own() -> None:
+    """Rings of 4 MB and more live in their own private mapping (huge pages advised): still plain torch frames."""
+    from replay.storage import FrameStorage
+
+    st = FrameStorage(1000, (84, 84), np.uint8, "cpu")  # 7 MB
+    assert st.frames.shape == (1000, 84, 84) and st.frames.dtype == torch.uint8 and st.frames.is_contiguous()
+    assert int(st.frames.sum()) == 0
+    st.write_frames(10, np.full((3, 84, 84), 7, np.uint8))
+    assert int(st.frames[10:13].sum()) == 3 * 84 * 84 * 7 and int(st.frames.sum()) == 3 * 84 * 84 * 7
+    runs = st.gather_windows(torch.tensor([9, 10]), 4, torch.empty((8, 84, 84), dtype=torch.uint8))
+    assert runs.shape == (2, 4, 84, 84) and runs[:, :, 0, 0].tolist() == [[0, 7, 7, 7], [7, 7, 7, 0]]
