@@ -55,7 +55,9 @@ WARM_S = 1.0  # between the senders' start and the timed window: credits and soc
 SENDER_PROCESSES = 2  # each owns N / SENDER_PROCESSES collectors (one when N == 1)
 SAMPLE_GOAL_PER_S = 100.0  # batches/s a GPU learner at ~100 updates/s would ask for
 CAPACITY_COLLECTORS = 64
-FULL_CAPACITY_STEPS, QUICK_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, None), (4.0, None)  # x RATE_PER_COLLECTOR
+# x RATE_PER_COLLECTOR; 32 x 120/s x 64 collectors ~ 246k transitions/s, ~1.8 GB/s of frames through the sockets
+FULL_CAPACITY_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0, 20.0, 24.0, 32.0, None)
+QUICK_CAPACITY_STEPS = (16.0, 20.0, 24.0, None)
 KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was offered
 
 
@@ -310,6 +312,13 @@ def ingest_cpu_us(ladder: list[dict[str, Any]]) -> float | None:
     return 1e6 * top["ingest_thread_cpu_frac"] / top["ingested_tps"]
 
 
+def _chunk_transitions() -> float:
+    """Mean complete transitions per recorded chunk (the profiles' chunk_steps, less episode ends)."""
+    from bench.recorded import load_chunks
+
+    return float(np.mean(load_chunks()[1]))
+
+
 def run_scale(cfg: Any, quick: bool, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Both designs, then the figures the report needs and the PNG beside the JSON."""
     counts = QUICK_COUNTS if quick else FULL_COUNTS
@@ -330,7 +339,7 @@ def run_scale(cfg: Any, quick: bool, out_dir: str | Path | None = None) -> dict[
         "details": {"ours": ours, "naive": naive, "rate_per_collector": RATE_PER_COLLECTOR, "window_s": window,
                     "sample_batch": SAMPLE_BATCH, "sample_goal_per_s": SAMPLE_GOAL_PER_S,
                     "capacity_collectors": CAPACITY_COLLECTORS, "naive_deque_len": NAIVE_CAPACITY,
-                    "replay_capacity": cfg.replay.capacity, "chunk_transitions": 32},
+                    "replay_capacity": cfg.replay.capacity, "chunk_transitions": _chunk_transitions()},
     }
     if out_dir is not None:
         try:

@@ -2,9 +2,11 @@
 
 A real `Collector` (the cpu profile's network, epsilon, frame skip and reward scale; one env)
 steps SuperMarioBros-1-1 and its chunks are captured instead of sent: real frames, actions,
-rewards and the initial priorities its network computed. bench/scale.py replays them.
+rewards and the initial priorities its network computed. bench/scale.py replays them. Chunks
+hold the profile's `collectors.chunk_steps` new transitions (128 in every profile) unless
+--chunk-steps says otherwise: the head's per-message costs scale with the chunk count.
 
-    .venv/bin/python scripts/record_scale_chunks.py [--chunks 24] [--chunk-steps 32]
+    .venv/bin/python scripts/record_scale_chunks.py [--chunks 24] [--chunk-steps N]
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class CapturingLink:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--chunks", type=int, default=24, help="chunks to record")
-    p.add_argument("--chunk-steps", type=int, default=32, help="new transitions per chunk")
+    p.add_argument("--chunk-steps", type=int, default=None, help="new transitions per chunk (default: the profile's)")
     p.add_argument("--out", default=None, help="default: bench/data/mario_1_1_chunks.npz")
     args = p.parse_args(argv)
 
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     from shared.chunk import nstep_targets
 
     torch.manual_seed(0)
-    cfg = load_profile("cpu", ["collectors.envs_per_collector=1", f"collectors.chunk_steps={args.chunk_steps}"])
+    steps = [f"collectors.chunk_steps={args.chunk_steps}"] if args.chunk_steps else []
+    cfg = load_profile("cpu", ["collectors.envs_per_collector=1", *steps])
     link = CapturingLink()
     collector = Collector(cfg, 0, cfg.collectors.eps_base, link, seed=cfg.env.seed)
     try:
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     save_chunks(out, chunks, counts, {"env_id": cfg.env.env_id, "frame_skip": str(cfg.env.frame_skip),
                                       "action_set": cfg.env.action_set, "epsilon": str(cfg.collectors.eps_base),
-                                      "chunk_steps": str(args.chunk_steps), "n_step": str(r.n_step),
+                                      "chunk_steps": str(cfg.collectors.chunk_steps), "n_step": str(r.n_step),
                                       "recorded_by": "scripts/record_scale_chunks.py"})
     print(f"wrote {out}: {len(chunks)} chunks, {sum(counts)} transitions, "
           f"{sum(c.num_frames for c in chunks)} frames, {out.stat().st_size / 2**20:.2f} MiB")
