@@ -1,7 +1,8 @@
 """Replay micro-benchmark: insert rate, PER sample latency vs a copy floor and the naive deque.
 
 Single-threaded (OMP 1, torch 1 thread), 84x84 uint8 frames, chunks of 128 transitions with
-3 context + 3 lookahead frames, stack 4, n = 3. Sample latencies are medians over interleaved
+3 context + 3 lookahead frames, stack 4, n = 3. Inserts are measured as the head makes them,
+INSERT_BATCH chunks per `add_chunks` call, and one chunk per `add_chunk` beside it. Sample latencies are medians over interleaved
 repetitions (ours, naive, copy floor in turn) so a noisy shared machine biases all alike.
 The copy floor is one contiguous `np.copyto` of exactly the bytes a 512-batch returns (both
 stacks), i.e. what any gather must at least move.
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from replay.buffer import ReplayBuffer
+from replay.consolidation import INSERT_BATCH
 from replay.naive import NaiveReplay
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 
@@ -72,19 +74,23 @@ def run_replay_bench(quick: bool) -> dict:
     chunks = _chunks(16, rng)
     for c in chunks[:2]:  # warm-up (and the FIRST chunk)
         buf.add_chunk(c)
-    # Inserts and the copy floor alternate in INSERT_ROUNDS blocks of the same chunks, so a shared
-    # machine's drift hits both alike; the figures are medians over the rounds.
+    # Batched inserts (what the consolidation thread writes: up to INSERT_BATCH parked chunks per
+    # call), one-chunk inserts and the copy floor alternate in INSERT_ROUNDS blocks of the same
+    # chunks, so a shared machine's drift hits all alike; the figures are medians over the rounds.
     n_insert = max(2 * capacity // CHUNK, 64)
-    per_round = max(1, n_insert // INSERT_ROUNDS)
+    per_round = max(INSERT_BATCH, n_insert // INSERT_ROUNDS // INSERT_BATCH * INSERT_BATCH)
     floor = _CopyFloor(capacity)
-    insert_rates, floor_rates = [], []
+    insert_rates, single_rates, floor_rates = [], [], []
     k = 0
     for _ in range(INSERT_ROUNDS):
         block = [chunks[1 + (k + j) % (len(chunks) - 1)] for j in range(per_round)]
         k += per_round
         t0 = time.perf_counter()
-        added = sum(buf.add_chunk(c) for c in block)
+        added = sum(sum(buf.add_chunks(block[i:i + INSERT_BATCH])) for i in range(0, per_round, INSERT_BATCH))
         insert_rates.append(added / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        single = sum(buf.add_chunk(c) for c in block)
+        single_rates.append(single / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         for c in block:
             floor.copy(c.frames)
@@ -134,6 +140,8 @@ def run_replay_bench(quick: bool) -> dict:
         "replay_insert_tps": round(insert_tps),
         "insert_copy_floor_tps": round(insert_floor_tps),
         "insert_vs_copy_floor_rounds": [round(i / f, 3) for i, f in zip(insert_rates, floor_rates, strict=True)],
+        "insert_batch_chunks": INSERT_BATCH,
+        "replay_insert_single_chunk_tps": round(float(np.median(single_rates))),
         "replay_sample32_ms": round(_median_ms(t32), 3),
         "replay_sample512_ms": round(_median_ms(t512), 3),
         "naive_replay_sample512_ms": round(_median_ms(tnaive), 3),

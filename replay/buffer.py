@@ -6,12 +6,13 @@ Why this design (details in the module docstrings):
   per-slot metadata; each chunk is one contiguous, never-wrapping segment, so stacks are
   rebuilt by index inside a segment and never mix streams or episodes (~1.05 stored frames
   per transition vs 8 for (state, next_state) stacks).
-- replay/writer.py   -- validation, n-step targets (shared.chunk), placement, the claim /
-  copy / publish protocol.
+- replay/batch_plan.py -- validation and n-step targets (shared.chunk), per chunk and vectorized
+  over a batch of chunks.
+- replay/writer.py   -- placement, the claim / copy / publish protocol.
 - replay/sampler.py  -- the reader-owned sum-tree, draining, stratified PER sampling, the
   freshness re-check, stale-safe priority updates.
 
-Thread roles: `add_chunk` from the writer thread only; `sample`, `update_priorities` and
+Thread roles: `add_chunk` / `add_chunks` from the writer thread only; `sample`, `update_priorities` and
 `check_valid` from the reader thread only (they drain the writer's records into the tree).
 `len()`, `transitions_added` and `frames_stored` may be read from any thread: they are
 writer-maintained counters and never touch the tree (the consolidation thread's stats call
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +79,13 @@ class ReplayBuffer:
     def add_chunk(self, chunk: TransitionChunk) -> int:
         """WRITER thread. Store the chunk's complete transitions; ValueError on inconsistent arrays."""
         return self._writer.write(chunk)
+
+    def add_chunks(self, chunks: Sequence[TransitionChunk]) -> list[int | ValueError]:
+        """WRITER thread. Store several chunks exactly as `add_chunk` would one after the other, at a
+        fraction of the per-chunk cost (validation and n-step targets vectorized over the batch).
+        Item i is the number of transitions chunk i added, or the ValueError `add_chunk` would have
+        raised for it: that chunk is skipped, the others are stored."""
+        return self._writer.write_batch(chunks)
 
     def sample(self, batch_size: int, beta: float = 0.4) -> SampleBatch:
         """READER thread. A PER (or uniform) batch on the storage device; see sampler.py for buffer reuse."""

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 DRAIN_PER_SOCKET = 64  # messages read from one collector per poll round (fairness)
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
 RECLAIM_EVERY_S = 0.5
+INSERT_BATCH = 16  # parked chunks written to the replay in one call (BENCHMARKS.md: insert vs the copy floor)
 
 
 class ConsolidationThread(threading.Thread):
@@ -202,36 +203,48 @@ class ConsolidationThread(threading.Thread):
         self.queue = read
 
     def _insert_parked(self) -> int:
-        """Write parked chunks, least-recently-served collector first, while the gate admits."""
+        """Write parked chunks, least-recently-served collector first, while the gate admits.
+
+        Chunks go to the replay in batches of up to INSERT_BATCH (one vectorized write amortizes
+        the per-chunk bookkeeping); the gate is asked before each chunk joins a batch, with the
+        batch's not-yet-written transitions counted as pending, so it admits what one-by-one
+        writes would have admitted (counting each chunk's upper bound: frames after first_start).
+        """
         done = 0
         states = list(self.collectors.values())
         while True:
-            if not self.gate.may_insert():
+            batch: list[tuple[CollectorState, TransitionChunk]] = []
+            pending = 0
+            while len(batch) < INSERT_BATCH and self.gate.may_insert(pending):
+                state = fair_next(states)
+                if state is None:
+                    break
+                _, msg = state.pending.popleft()
+                self._tick += 1
+                state.served_at = self._tick
+                chunk = msg.payload
+                batch.append((state, chunk))
+                pending += chunk.num_frames - int(chunk.first_start)
+            if not batch:
                 return done
-            state = fair_next(states)
-            if state is None:
-                return done
-            seq, msg = state.pending.popleft()
-            self._tick += 1
-            state.served_at = self._tick
-            self._write_chunk(state, seq, msg)
-            done += 1
+            self._write_batch(batch)
+            done += len(batch)
 
-    def _write_chunk(self, state: CollectorState, seq: int, msg: Any) -> None:
-        chunk = msg.payload
-        try:
-            added = int(self.replay.add_chunk(chunk))
-        except ValueError as exc:
-            self._reject("replay_rejected", str(exc))
-            return
-        released = state.delivered(int(chunk.stream), added)
-        with self._lock:
-            self.chunks += 1
-            self.transitions += added
-            state.chunks += 1
-            state.transitions += added
-            self.transitions_by_slot[state.slot] += added
-            self._count_episodes(state.slot, released)
+    def _write_batch(self, batch: list[tuple[CollectorState, TransitionChunk]]) -> None:
+        """One replay write for the batch; each chunk is then credited to its collector or rejected."""
+        results = self.replay.add_chunks([chunk for _, chunk in batch])
+        for (state, chunk), added in zip(batch, results, strict=True):
+            if isinstance(added, ValueError):
+                self._reject("replay_rejected", str(added))
+                continue
+            released = state.delivered(int(chunk.stream), int(added))
+            with self._lock:
+                self.chunks += 1
+                self.transitions += added
+                state.chunks += 1
+                state.transitions += added
+                self.transitions_by_slot[state.slot] += added
+                self._count_episodes(state.slot, released)
 
     def _count_episodes(self, slot: int, released: list[EpisodeSummary]) -> None:
         for s in released:  # caller holds the lock
@@ -274,9 +287,9 @@ class ConsolidationThread(threading.Thread):
         if state.polled:
             poller.unregister(state.sock)
             state.polled = False
-        while state.pending:  # it left (BYE, replaced): what it sent is still good data, and bounded (park_limit)
-            seq, msg = state.pending.popleft()
-            self._write_chunk(state, seq, msg)
+        if state.pending:  # it left (BYE, replaced): what it sent is still good data, and bounded (park_limit)
+            self._write_batch([(state, msg.payload) for _, msg in state.pending])
+            state.pending.clear()
         self.registrations.release(state)
         with self._lock:
             self.collectors.pop(state.collector_id, None)

@@ -8,7 +8,7 @@ polls, data sockets for new collectors), `ReplaySink` what it writes chunks into
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from shared.protocol import EpisodeSummary
 
 
 class _AlwaysOpen:
-    def may_insert(self) -> bool:
+    def may_insert(self, pending: int = 0) -> bool:
         return True
 
 
@@ -42,7 +42,10 @@ class Registrations(Protocol):
 
 
 class ReplaySink(Protocol):
-    def add_chunk(self, chunk: TransitionChunk) -> int: ...
+    def add_chunks(self, chunks: Sequence[TransitionChunk]) -> list[int | ValueError]:
+        """Per chunk, in order: the transitions it added, or the ValueError that refused it."""
+        ...
+
     def __len__(self) -> int: ...
 
 

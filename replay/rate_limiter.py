@@ -40,7 +40,9 @@ THROTTLED = "throttled"
 class InsertGate(Protocol):
     """What the consolidation thread consults before writing a chunk to the replay."""
 
-    def may_insert(self) -> bool: ...
+    def may_insert(self, pending: int = 0) -> bool:
+        """May one more chunk be written, `pending` transitions being admitted but not yet written?"""
+        ...
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,15 @@ class RateLimiter:
         return self._set(RatioDecision(True, TRAINING, ratio, behind))
 
     # ------------------------------------------------------------------ insert side (any thread)
-    def may_insert(self) -> bool:
-        """False once inserts lead the target ratio by more than `max_insert_lead` transitions.
+    def may_insert(self, pending: int = 0) -> bool:
+        """False once inserts (plus `pending` admitted, not yet written) lead the target ratio by more
+        than `max_insert_lead` transitions.
 
         Always True before learning starts, with no target, or with max_insert_lead == 0."""
         origin = self._origin
         if self.max_insert_lead <= 0 or origin is None or self.target == 0.0:
             return True
-        inserts = int(self._inserted()) - origin[0]
+        inserts = int(self._inserted()) + int(pending) - origin[0]
         drawn = self._sampled - origin[1]
         return inserts * self.target <= drawn + self.slack + self.max_insert_lead * self.target
 

@@ -89,7 +89,9 @@ def _huge_page_zeros(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
         region.madvise(mmap.MADV_HUGEPAGE)
     except OSError:  # THP disabled or unsupported here: ordinary pages
         pass
-    return torch.from_numpy(np.frombuffer(region, dtype=dtype).reshape(shape))
+    frames = torch.from_numpy(np.frombuffer(region, dtype=dtype).reshape(shape))
+    frames.zero_()  # fault every page in now, as torch.zeros does: inserts never pay the first touch
+    return frames
 
 
 class FrameStorage:

@@ -1,4 +1,7 @@
-"""The writer side: validate a chunk, place it as one segment, copy it, publish it.
+"""The writer side: place each chunk as one segment, copy it, publish it.
+
+Validation and n-step planning (per chunk, and vectorized over a batch) live in
+replay/batch_plan.py; the writer places what they planned.
 
 Concurrency protocol (no lock on the hot path). The writer is one thread and
 owns the cursor; the reader is one thread and owns the sum-tree. They share:
@@ -10,12 +13,18 @@ owns the cursor; the reader is one thread and owns the sum-tree. They share:
    ``segment_abs_start + capacity >= claimed_end``.
 2. ``records`` -- a ``collections.deque`` of `SegmentRecord` appended only *after* the copy
    finished (after a CUDA stream sync on GPU storage). The reader learns of a segment only
-   from its record, so it can never sample a half-written segment. ``append``/``popleft``
+   from its record, so it can never sample a half-written segment. ``extend``/``popleft``
    are atomic under the GIL, which also orders the writes before the append.
 
 A segment never wraps: if it does not fit before the end of the ring, the cursor jumps to
 slot 0 and the tail is retired (the record says so). The absolute position jumps with it to
 the next multiple of capacity, keeping ``slot == position % capacity``.
+
+Batches. `write_batch` places several chunks exactly as successive `write` calls would, but
+writes each *run* (chunks placed back to back with no cursor jump between them) with one claim,
+one set of bookkeeping and metadata stores, and then publishes one record per chunk. Records stay
+per chunk (each with its own absolute start and `seg_end` per chunk in storage) so the reader's
+freshness check and a later partial overwrite judge every chunk on its own, as if written alone.
 
 Only the frames actually needed are stored: from the oldest stack frame of the first
 complete transition to the last bootstrap frame. Context and lookahead frames beyond that
@@ -25,36 +34,19 @@ are re-sent by the collector in its next chunk anyway.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from replay.batch_plan import BatchPlan, plan_batch
 from replay.storage import FrameStorage
-from shared.chunk import (
-    FLAG_END,
-    FLAG_FIRST,
-    FLAG_TERMINATED,
-    FLAG_TRUNCATED,
-    NO_ACTION,
-    TransitionChunk,
-    nstep_targets,
-    stack_floors,
-    stack_indices,
-)
-
-_ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
-# the flag bits no frame may carry, as uint8: numpy 2 refuses `uint8_array & -8` (a negative Python int)
-_UNKNOWN_FLAGS = np.uint8(0xFF & ~_ALL_FLAGS)
-# |reward| the replay stores. n-step returns are summed in float64 and stored as float32: any n below
-# 3e8 keeps sum_k gamma^k r_k (gamma <= 1) under float32's 3.4e38, so returns, TD errors and priorities
-# stay finite. The head's protocol bound (env.max_abs_reward, default 1e6) is far tighter; this is the
-# replay's own last line for chunks that reach it some other way.
-MAX_ABS_REWARD = 1e30
+from shared.chunk import NO_ACTION, TransitionChunk
 
 
-@dataclass(frozen=True)
-class SegmentRecord:
-    """What the reader applies to its tree once a segment's copy is complete."""
+class SegmentRecord(NamedTuple):
+    """What the reader applies to its tree once a segment's copy is complete (a NamedTuple: the
+    writer builds one per chunk on its hot path, ~3x cheaper than a frozen dataclass)."""
 
     ring_start: int  # first slot of the new segment
     abs_start: int  # its absolute position (ring_start == abs_start % capacity)
@@ -67,131 +59,8 @@ class SegmentRecord:
         return int(len(self.leaves))
 
 
-def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype, stack: int,
-                   max_frames: int) -> None:
-    """Raise ValueError naming the first inconsistency between the chunk's arrays or a value the
-    learner cannot use (non-finite float observations, rewards beyond MAX_ABS_REWARD)."""
-    frames = np.asarray(chunk.frames)
-    num = frames.shape[0] if frames.ndim else -1
-    if tuple(frames.shape[1:]) != tuple(obs_shape) or num < 1:
-        raise ValueError(f"chunk frames have shape {frames.shape}; expected [F>=1, {', '.join(map(str, obs_shape))}]")
-    if frames.dtype != obs_dtype:
-        raise ValueError(f"chunk frames have dtype {frames.dtype}; the replay stores {obs_dtype}")
-    if num > max_frames:
-        raise ValueError(f"chunk has {num} frames; the replay accepts at most max_chunk_frames={max_frames}")
-    if frames.dtype.kind == "f" and not (np.isfinite(frames.min()) and np.isfinite(frames.max())):
-        bad = int(np.flatnonzero(~np.isfinite(frames.reshape(num, -1)).all(axis=1))[0])  # NaN propagates to min/max
-        raise ValueError(f"chunk frames[{bad}] has a NaN or infinite value; observations must be finite")
-    for name, arr, kinds in (("actions", chunk.actions, "iu"), ("rewards", chunk.rewards, "fiu"),
-                             ("flags", chunk.flags, "iu"), ("priorities", chunk.priorities, "fiu")):
-        a = np.asarray(arr)
-        if a.shape != (num,):
-            raise ValueError(f"chunk {name} has shape {a.shape}; expected ({num},) to match its {num} frames")
-        if a.dtype.kind not in kinds:
-            raise ValueError(f"chunk {name} has dtype {a.dtype}; expected a {'float' if 'f' in kinds else 'integer'} type")
-    if not 0 <= int(chunk.first_start) <= num:
-        raise ValueError(f"chunk first_start={chunk.first_start} outside [0, {num}]")
-    actions = np.asarray(chunk.actions)
-    flags = np.asarray(chunk.flags)
-    # fast path (the writer's hot loop): a handful of whole-array reductions; details only on failure
-    end = flags & FLAG_END
-    rewards, prio = np.asarray(chunk.rewards), np.asarray(chunk.priorities)
-    if (
-        actions.min() >= NO_ACTION
-        and not (flags & _UNKNOWN_FLAGS).any()
-        and not (end == FLAG_END).any()
-        and not ((end != 0) & (actions == NO_ACTION)).any()
-        and not (((flags[1:] & FLAG_FIRST) != 0) & (actions[:-1] != NO_ACTION)).any()
-        and (np.abs(rewards) <= MAX_ABS_REWARD).all()  # NaN compares False: non-finite fails here too
-        and np.isfinite(prio).all()
-        and prio.min() >= 0
-    ):
-        return
-    _explain_bad_values(chunk, actions, flags)
-
-
-def _explain_bad_values(chunk: TransitionChunk, actions: np.ndarray, flags: np.ndarray) -> None:
-    """Raise the precise ValueError for the first bad value (slow path)."""
-    bad = np.flatnonzero(actions < NO_ACTION)
-    if bad.size:
-        raise ValueError(f"chunk actions[{bad[0]}]={actions[bad[0]]} is negative but not NO_ACTION ({NO_ACTION})")
-    bad = np.flatnonzero((flags & _UNKNOWN_FLAGS) != 0)
-    if bad.size:
-        raise ValueError(f"chunk flags[{bad[0]}]={flags[bad[0]]} has bits outside FIRST|TERMINATED|TRUNCATED")
-    both = np.flatnonzero((flags & FLAG_END) == FLAG_END)
-    if both.size:
-        raise ValueError(f"chunk flags[{both[0]}] sets both TERMINATED and TRUNCATED")
-    end_no_action = np.flatnonzero(((flags & FLAG_END) != 0) & (actions == NO_ACTION))
-    if end_no_action.size:
-        i = int(end_no_action[0])
-        raise ValueError(f"chunk flags[{i}] ends the episode but actions[{i}] is NO_ACTION (no step was taken)")
-    firsts = np.flatnonzero((flags & FLAG_FIRST) != 0)
-    firsts = firsts[firsts > 0]
-    crossing = firsts[actions[firsts - 1] != NO_ACTION]
-    if crossing.size:
-        j = int(crossing[0])
-        raise ValueError(
-            f"chunk frame {j} is FIRST but actions[{j - 1}]={actions[j - 1]}: a step would cross into a new episode"
-        )
-    for name in ("rewards", "priorities"):
-        a = np.asarray(getattr(chunk, name))
-        bad = np.flatnonzero(~np.isfinite(a))
-        if bad.size:
-            raise ValueError(f"chunk {name}[{bad[0]}]={a[bad[0]]} is not finite")
-    rewards = np.asarray(chunk.rewards)
-    bad = np.flatnonzero(np.abs(rewards) > MAX_ABS_REWARD)
-    if bad.size:
-        raise ValueError(f"chunk rewards[{bad[0]}]={rewards[bad[0]]:.6g} is invalid: allowed |reward| <= "
-                         f"{MAX_ABS_REWARD:g} (keeps n-step returns finite in float32)")
-    bad = np.flatnonzero(np.asarray(chunk.priorities) < 0)
-    if bad.size:
-        raise ValueError(f"chunk priorities[{bad[0]}]={chunk.priorities[bad[0]]} is negative")
-    raise ValueError("chunk failed validation")  # unreachable unless the two paths disagree
-
-
-@dataclass(frozen=True)
-class PlannedSegment:
-    """A chunk's complete transitions, expressed relative to the stored frame range [lo, hi)."""
-
-    lo: int
-    hi: int
-    starts: np.ndarray  # int64, relative to lo
-    boots: np.ndarray  # int64, relative to lo
-    floors: np.ndarray  # int64 per stored frame, relative to lo
-    actions: np.ndarray
-    returns: np.ndarray
-    discounts: np.ndarray
-    priorities: np.ndarray  # collector's initial priorities of the transitions
-
-
-def plan_segment(chunk: TransitionChunk, stack: int, n_step: int, gamma: float) -> PlannedSegment | None:
-    """n-step targets via shared.chunk; None when no transition is complete in the chunk."""
-    actions = np.asarray(chunk.actions)
-    flags = np.asarray(chunk.flags)
-    targets = nstep_targets(actions, np.asarray(chunk.rewards), flags, int(chunk.first_start), n_step, gamma)
-    if targets.starts.size == 0:
-        return None
-    floors = stack_floors(flags)
-    first = targets.starts[:1]
-    missing = (first - (stack - 1) < 0) & (floors[first] == 0) & ((flags[0] & FLAG_FIRST) == 0)
-    if missing[0]:
-        raise ValueError(
-            f"chunk transition at frame {int(first[0])} needs {stack - 1} history frames but the chunk has only "
-            f"{int(first[0])} and frame 0 is not FIRST (context must reach back stack-1 frames or to the episode start)"
-        )
-    lo = int(stack_indices(first, floors[first], stack)[0, 0])
-    hi = int(targets.bootstrap.max()) + 1
-    return PlannedSegment(
-        lo=lo, hi=hi,
-        starts=targets.starts - lo, boots=targets.bootstrap - lo,
-        floors=np.maximum(floors[lo:hi], lo) - lo,
-        actions=actions[targets.starts], returns=targets.returns, discounts=targets.discounts,
-        priorities=np.asarray(chunk.priorities)[targets.starts],
-    )
-
-
 class SegmentWriter:
-    """Owns the write cursor; call `write` from exactly one thread."""
+    """Owns the write cursor; call `write` / `write_batch` from exactly one thread."""
 
     def __init__(self, storage: FrameStorage, stack: int, n_step: int, gamma: float, prioritized: bool,
                  alpha: float, priority_eps: float, max_chunk_frames: int) -> None:
@@ -211,65 +80,131 @@ class SegmentWriter:
         self.live_transitions = 0
 
     def write(self, chunk: TransitionChunk) -> int:
+        """Store the chunk's complete transitions; return how many. ValueError for a bad chunk."""
+        added = self.write_batch((chunk,))[0]
+        if isinstance(added, ValueError):
+            raise added
+        return added
+
+    def write_batch(self, chunks: Sequence[TransitionChunk]) -> list[int | ValueError]:
+        """Store several chunks exactly as `write` would, one after the other, in order.
+
+        Result i is the number of transitions chunk i added, or the ValueError `write` would have
+        raised for it (that chunk is skipped, the others are written). Any other exception (a
+        failed frame copy) propagates: the run being written is then published as dead, as
+        `write` does with its one segment; earlier runs stay written, later chunks are not."""
         st = self.storage
-        validate_chunk(chunk, st.obs_shape, st.obs_dtype, self.stack, self.max_chunk_frames)
-        plan = plan_segment(chunk, self.stack, self.n_step, self.gamma)
-        if plan is None:
-            return 0
-        cap, length = st.capacity, plan.hi - plan.lo
+        plan, errors = plan_batch(list(chunks), st.obs_shape, st.obs_dtype, self.max_chunk_frames, self.stack,
+                                  self.n_step, self.gamma)
+        leaves = self._leaves(plan)
+        k = 0
+        while k < len(plan.index):
+            k = self._write_run(plan, leaves, k)
+        results: list[int | ValueError] = [0 if e is None else e for e in errors]
+        for k, i in enumerate(plan.index):
+            results[i] = plan.rows[k + 1] - plan.rows[k]
+        return results
+
+    def _leaves(self, plan: BatchPlan) -> np.ndarray:
+        """Sampling mass per tape position of the plan (0 where no transition starts)."""
+        leaves = np.zeros(plan.tape[-1], dtype=np.float64)
+        if self.prioritized:  # (p + eps) ** alpha, in place in a scratch copy
+            mass = plan.priorities + self.priority_eps
+            leaves[plan.starts] = np.power(mass, self.alpha, out=mass)
+        else:
+            leaves[plan.starts] = 1.0
+        return leaves
+
+    def _write_run(self, plan: BatchPlan, leaves: np.ndarray, first: int) -> int:
+        """Place planned chunks first, first+1, ... back to back at the cursor (jumping to slot 0 first
+        if chunk `first` does not fit before the ring end); return the chunk after the run."""
+        st, cap, tape = self.storage, self.storage.capacity, plan.tape
         retired_tail = -1
-        if self.cursor + length > cap:
+        if self.cursor + tape[first + 1] - tape[first] > cap:
             retired_tail = self.cursor
             self.abs_cursor += cap - self.cursor
             self.cursor = 0
         r0, a0 = self.cursor, self.abs_cursor
-        r1 = r0 + length
-        self.claimed_end = a0 + length  # publish the claim BEFORE touching the range
+        stop = first + 1
+        while stop < len(plan.index) and r0 + tape[stop + 1] - tape[first] <= cap:
+            stop += 1
+        shift = r0 - tape[first]  # ring slot = tape position + shift, for the whole run
+        r1 = tape[stop] + shift
+        self.claimed_end = a0 + (r1 - r0)  # publish the claim BEFORE touching the range
+        stale_ends = self._cut(r0, [tape[k] + shift for k in range(first + 1, stop + 1)], retired_tail)
+        np.add(plan.seg_ends[tape[first] : tape[stop]], shift, out=st.seg_end[r0:r1])
+        self.frames_stored += r1 - r0
+        # everything but the frame copies first: the copies stream megabytes through the caches
+        try:
+            starts = self._store_metadata(plan, shift, first, stop)
+            self.live_starts[starts] = True  # writer-only; len() reads the counter, raised at publication
+            records = self._records(plan, leaves, shift, a0 - r0, first, stop, retired_tail, stale_ends)
+            for k in range(first, stop):
+                st.write_frames(tape[k] + shift, plan.frames[k])
+        except BaseException:
+            # the range is claimed and partly written: publish it as dead so nothing is sampled
+            # from it, and move on (claimed_end stays monotonic, the cursor matches it)
+            st.action[r0:r1] = NO_ACTION
+            st.seg_end[r0:r1] = -1
+            self.live_starts[r0:r1] = False
+            self.frames_stored -= r1 - r0
+            self.records.extend(self._records(plan, np.zeros(tape[stop]), shift, a0 - r0, first, stop, retired_tail,
+                                              stale_ends))
+            self.cursor, self.abs_cursor = r1, a0 + (r1 - r0)
+            raise
+        self.records.extend(records)  # publication
+        self.cursor, self.abs_cursor = r1, a0 + (r1 - r0)
+        added = starts.size
+        self.live_transitions += added
+        self.transitions_added += added
+        return stop
 
-        # writer-side bookkeeping of live slots (which old segment the new one cuts into)
-        seg_end = st.seg_end
-        live = self.live_starts
+    def _cut(self, r0: int, ends: list[int], retired_tail: int) -> list[int]:
+        """Writer-side bookkeeping of live slots for new segments [r0, ends[0]), [ends[0], ends[1]), ...:
+        retire the tail if the cursor jumped, drop the old segments the new ones cover or cut into.
+        Returns each new segment's stale_end, the value `write` would have computed for it alone."""
+        seg_end, live = self.storage.seg_end, self.live_starts
         if retired_tail >= 0:
             self.frames_stored -= int(np.count_nonzero(seg_end[retired_tail:] >= 0))
             self.live_transitions -= int(np.count_nonzero(live[retired_tail:]))
             seg_end[retired_tail:] = -1
             live[retired_tail:] = False
-        stale_end = int(seg_end[r1 - 1])  # end of the old segment under our last slot (-1: none)
-        stale_end = stale_end if stale_end > r1 else r1
-        self.frames_stored -= int(np.count_nonzero(seg_end[r0:stale_end] >= 0))
-        self.live_transitions -= int(np.count_nonzero(live[r0:stale_end]))
-        seg_end[r1:stale_end] = -1
-        seg_end[r0:r1] = r1
-        live[r0:stale_end] = False
-        self.frames_stored += length
+        stale_ends, reach = [], -1
+        for end in ends:
+            # the old segment under a new segment's last slot ends where the stale part after the new
+            # segment ends, unless an earlier segment of the run has already dropped that old one
+            old = int(seg_end[end - 1]) if end - 1 >= reach else -1
+            stale_ends.append(max(old, end))
+            reach = max(reach, stale_ends[-1])
+        r1 = ends[-1]
+        self.frames_stored -= int(np.count_nonzero(seg_end[r0:reach] >= 0))
+        self.live_transitions -= int(np.count_nonzero(live[r0:reach]))
+        seg_end[r1:reach] = -1
+        live[r0:reach] = False
+        return stale_ends
 
-        try:
-            st.write_frames(r0, np.asarray(chunk.frames)[plan.lo : plan.hi])
-            starts = plan.starts + r0
-            st.action[r0:r1] = NO_ACTION
-            st.action[starts] = plan.actions
-            st.ret[starts] = plan.returns
-            st.disc[starts] = plan.discounts
-            st.boot[starts] = plan.boots + r0
-            st.floor[r0:r1] = plan.floors + r0
-            leaves = np.zeros(length, dtype=np.float64)
-            if self.prioritized:
-                leaves[plan.starts] = (plan.priorities.astype(np.float64) + self.priority_eps) ** self.alpha
-            else:
-                leaves[plan.starts] = 1.0
-        except BaseException:
-            # the range is claimed and partly written: publish it as dead so nothing is sampled
-            # from it, and move on (claimed_end stays monotonic, the cursor matches it)
-            st.action[r0:r1] = NO_ACTION
-            seg_end[r0:r1] = -1
-            self.frames_stored -= length
-            self.records.append(SegmentRecord(r0, a0, np.zeros(length), retired_tail, stale_end))
-            self.cursor, self.abs_cursor = r1, a0 + length
-            raise
-        self.records.append(SegmentRecord(r0, a0, leaves, retired_tail, stale_end))  # publication
-        self.cursor, self.abs_cursor = r1, a0 + length
-        added = int(plan.starts.size)
-        live[plan.starts + r0] = True
-        self.live_transitions += added
-        self.transitions_added += added
-        return added
+    def _store_metadata(self, plan: BatchPlan, shift: int, first: int, stop: int) -> np.ndarray:
+        """Per-slot metadata of planned chunks [first, stop), their tape shifted by `shift` onto the
+        ring; returns the ring slots where their transitions start."""
+        st = self.storage
+        rows = slice(plan.rows[first], plan.rows[stop])
+        starts = plan.starts[rows] + shift
+        st.action[plan.tape[first] + shift : plan.tape[stop] + shift] = NO_ACTION
+        st.action[starts] = plan.actions[rows]
+        st.ret[starts] = plan.returns[rows]
+        st.disc[starts] = plan.discounts if plan.discounts.ndim == 0 else plan.discounts[rows]
+        st.boot[starts] = starts + self.n_step if plan.boots is None else plan.boots[rows] + shift
+        np.add(plan.floors[plan.tape[first] : plan.tape[stop]], shift,
+               out=st.floor[plan.tape[first] + shift : plan.tape[stop] + shift])
+        return starts
+
+    def _records(self, plan: BatchPlan, leaves: np.ndarray, shift: int, abs_shift: int, first: int, stop: int,
+                 retired_tail: int, stale_ends: list[int]) -> list[SegmentRecord]:
+        """One record per chunk of the run, in order (only the first carries the retired tail);
+        `leaves` is indexed by tape position."""
+        tape = plan.tape
+        return [
+            SegmentRecord(tape[k] + shift, tape[k] + shift + abs_shift, leaves[tape[k] : tape[k + 1]],
+                          retired_tail if k == first else -1, stale_ends[k - first])
+            for k in range(first, stop)
+        ]

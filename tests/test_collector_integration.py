@@ -49,10 +49,10 @@ class TeeSink:
         self.chunks: list[TransitionChunk] = []
         self.lock = threading.Lock()
 
-    def add_chunk(self, chunk: TransitionChunk) -> int:
-        added = self.buffer.add_chunk(chunk) if self.buffer is not None else 0
+    def add_chunks(self, chunks: list[TransitionChunk]) -> list[int | ValueError]:
+        added = self.buffer.add_chunks(chunks) if self.buffer is not None else [0] * len(chunks)
         with self.lock:
-            self.chunks.append(chunk)
+            self.chunks.extend(c for c, a in zip(chunks, added, strict=True) if not isinstance(a, ValueError))
         return added
 
     def __len__(self) -> int:

@@ -42,7 +42,10 @@ class Gate:
     """The insert side of a rate limiter, as a test controls it."""
 
     def __init__(self, may_insert: Callable[[], bool]) -> None:
-        self.may_insert = may_insert
+        self._may_insert = may_insert
+
+    def may_insert(self, pending: int = 0) -> bool:
+        return self._may_insert()
 
 
 class RecordingSink:
@@ -57,6 +60,15 @@ class RecordingSink:
             raise ValueError("inconsistent chunk")
         self.chunks.append(chunk)
         return 1
+
+    def add_chunks(self, chunks: list[TransitionChunk]) -> list[int | ValueError]:
+        out: list[int | ValueError] = []
+        for chunk in chunks:
+            try:
+                out.append(self.add_chunk(chunk))
+            except ValueError as exc:
+                out.append(exc)
+        return out
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -484,3 +496,34 @@ def test_log_budget_bounds_lines_per_window_and_counts_the_rest() -> None:
     assert [budget.allow() for _ in range(5)] == [(True, 0), (True, 0), (False, 0), (False, 0), (False, 0)]
     now[0] = 10.0
     assert budget.allow() == (True, 3)  # the next allowed line says how many were dropped
+
+
+class LimitGate:
+    """Admits while the upper bounds of the written chunks plus `pending` stay under a limit (None: shut)."""
+
+    def __init__(self, sink: RecordingSink) -> None:
+        self.sink, self.limit = sink, None
+
+    def may_insert(self, pending: int = 0) -> bool:
+        written = sum(c.num_frames - c.first_start for c in self.sink.chunks)
+        return self.limit is not None and written + pending < self.limit
+
+
+def test_a_batched_write_admits_what_one_by_one_writes_would() -> None:
+    """Parked chunks leave in one batch, but the gate is asked per chunk with the batch's pending transitions."""
+    sink = RecordingSink()
+    gate = LimitGate(sink)
+    head = Head(sink)
+    head.thread.gate = gate
+    try:
+        chunks = counting_chunks(4)
+        for chunk in chunks:
+            head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: head.thread.stats().parked == 4, 10, 0.005)
+        bounds = [c.num_frames - c.first_start for c in chunks]
+        gate.limit = bounds[0] + bounds[1] + 1  # admits chunks 0, 1 and 2 (2 is asked with 0 and 1 pending)
+        assert wait_for(lambda: len(sink.chunks) == 3, 10, 0.005)
+        time.sleep(0.1)
+        assert len(sink.chunks) == 3 and head.thread.stats().parked == 1
+    finally:
+        head.close()

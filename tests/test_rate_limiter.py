@@ -106,3 +106,15 @@ def test_zero_lead_never_holds_collectors_back() -> None:
     rl.may_sample(0)
     inserted.n = 10**9
     assert rl.may_insert()  # Ape-X: collectors never wait
+
+
+def test_pending_transitions_count_as_inserted() -> None:
+    """A batch being assembled asks with its not-yet-written transitions: the same answer as after writing them."""
+    rl, inserted = limiter(4.0, 100, 32, lead=10)
+    inserted.n = 100
+    rl.may_sample(0)
+    edge = 10 + 2 * 32 // 4  # the last insert count the gate admits
+    inserted.n = 100 + edge - 5
+    assert rl.may_insert(pending=5) and not rl.may_insert(pending=6)
+    inserted.n = 100 + edge + 1
+    assert not rl.may_insert() and not rl.may_insert(pending=0)
