@@ -39,6 +39,7 @@ from replay.consolidation_types import (  # noqa: F401  (re-exported: the head's
 )
 from replay.peers import CollectorState, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
+from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.exploration import annealed_epsilon
 from shared.protocol import (
