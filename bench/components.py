@@ -18,7 +18,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         (("replay.bench", "run_replay_bench"),),
         ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
          "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms",
-         "insert_copy_floor_tps"),
+         "insert_copy_floor_tps", "replay_insert_single_chunk_tps", "insert_batch_chunks",
+         "insert_vs_copy_floor_rounds"),
     ),
     "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
         (("actors.bench", "run_transport_bench"),),

@@ -133,7 +133,7 @@ def test_a_data_plane_that_keeps_raising_stops_the_head_with_a_clear_error(tmp_p
     def broken(*args, **kwargs):
         raise OverflowError("Python integer -8 out of bounds for uint8")
 
-    monkeypatch.setattr(head.replay, "add_chunk", broken)
+    monkeypatch.setattr(head.replay, "add_chunks", broken)
     try:
         summary = head.run(StopAt(seconds=60.0), threading.Event())
     finally:
