@@ -1,23 +1,28 @@
-"""What chunks become before the writer places them: validation and n-step plans.
+"""A batch of chunks validated and planned at once, exactly as replay/chunk_plan.py would one by one.
 
-Two ways to the same result. `validate_chunk` and `plan_segment` handle one chunk with the
-general code of shared/chunk.py; they define the semantics. `plan_batch` plans a whole batch
-and costs one set of numpy calls per *batch* for the common chunk (no episode end inside its
-transition range, every step acted): the per-frame arrays of the batch are concatenated once,
-the value checks are one set of reductions over the concatenation, and the n-step returns,
-starts and bootstraps of all common chunks come from a few whole-batch operations. Per chunk
-there remain only the structural checks (shapes, dtypes: attribute reads) and the views of its
-frames. The rare chunks (episode ends, missing actions, no complete transition, mixed dtypes)
-go through `plan_segment` one by one; a batch whose value checks fail is re-checked chunk by
-chunk with `validate_chunk`, so every culprit gets exactly the error a lone chunk would.
+`validate_chunk` and `plan_segment` (replay/chunk_plan.py) handle one chunk with the general
+code of shared/chunk.py; they define the semantics. `plan_batch` plans a whole batch with one
+set of numpy calls per *batch* for the common chunk (no episode end among its transitions and
+every step acted: the chunks shared.chunk's fast path takes). The small per-frame arrays of the
+batch are concatenated once; the value checks are five whole-array reductions plus a walk, in
+Python, over the few frames that carry a flag or no action; the n-step returns, starts and
+bootstraps of all common chunks come from a few whole-batch operations. Per chunk there remain
+the structural checks (attribute reads) and some integer arithmetic. The other chunks (episode
+ends, missing actions, no complete transition, dtypes other than the batch's) go through
+`plan_segment` one by one; a batch whose value checks fail is re-checked chunk by chunk, so
+every culprit gets exactly the error it would get alone.
 
-Chunk boundaries inside the concatenation: the only check that compares neighbouring frames
-(a FIRST frame after a frame that acted) skips the pairs that straddle two chunks, and every
-per-chunk quantity (transition ranges, latest FIRST frame) is taken inside its own chunk.
+Chunk boundaries inside the concatenation: the one check on neighbouring frames (a FIRST frame
+must follow a frame without an action) skips the first frame of each chunk, and every per-chunk
+quantity (transition range, latest FIRST frame) is looked up inside its own chunk.
 
 The plan lays the planned chunks end to end on a *tape* (positions 0, 1, ... over their stored
 frames, in batch order). The writer maps a run of consecutively placed chunks onto the ring by
 adding one offset, so writing a run is a handful of vectorized stores whatever its chunk count.
+
+Cost model: a batch is followed by megabytes of frame copies, which evict the caches (and TLB),
+so the next batch's planning starts cold. Each numpy call and each fresh temporary then costs
+several times its warm price; hence few calls, and temporaries written in place.
 """
 
 from __future__ import annotations
@@ -25,72 +30,19 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
-from shared.chunk import (
-    FLAG_END,
-    FLAG_FIRST,
-    FLAG_TERMINATED,
-    FLAG_TRUNCATED,
-    NO_ACTION,
-    TransitionChunk,
-    nstep_targets,
-    stack_floors,
-    stack_indices,
+from replay.chunk_plan import (
+    MAX_ABS_REWARD,
+    ChunkArrays,
+    PlannedSegment,
+    check_structure,
+    explain_bad_values,
+    plan_segment,
+    values_ok,
 )
-
-_ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
-# the flag bits no frame may carry, as uint8: numpy 2 refuses `uint8_array & -8` (a negative Python int)
-_UNKNOWN_FLAGS = np.uint8(0xFF & ~_ALL_FLAGS)
-# |reward| the replay stores. n-step returns are summed in float64 and stored as float32: any n below
-# 3e8 keeps sum_k gamma^k r_k (gamma <= 1) under float32's 3.4e38, so returns, TD errors and priorities
-# stay finite. The head's protocol bound (env.max_abs_reward, default 1e6) is far tighter; this is the
-# replay's own last line for chunks that reach it some other way.
-MAX_ABS_REWARD = 1e30
-
-
-class ChunkArrays(NamedTuple):
-    """A chunk's fields as numpy arrays, once its shapes and dtypes are known to be consistent."""
-
-    frames: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    flags: np.ndarray
-    priorities: np.ndarray
-    first_start: int
-
-
-# ---------------------------------------------------------------------- one chunk (the reference)
-def check_structure(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-                    max_frames: int) -> ChunkArrays:
-    """Raise ValueError naming the first inconsistency of shapes, dtypes, sizes or float frames;
-    return the chunk's arrays. No per-frame value of the small arrays is looked at."""
-    frames = np.asarray(chunk.frames)
-    num = frames.shape[0] if frames.ndim else -1
-    if tuple(frames.shape[1:]) != tuple(obs_shape) or num < 1:
-        raise ValueError(f"chunk frames have shape {frames.shape}; expected [F>=1, {', '.join(map(str, obs_shape))}]")
-    if frames.dtype != obs_dtype:
-        raise ValueError(f"chunk frames have dtype {frames.dtype}; the replay stores {obs_dtype}")
-    if num > max_frames:
-        raise ValueError(f"chunk has {num} frames; the replay accepts at most max_chunk_frames={max_frames}")
-    if frames.dtype.kind == "f" and not (np.isfinite(frames.min()) and np.isfinite(frames.max())):
-        bad = int(np.flatnonzero(~np.isfinite(frames.reshape(num, -1)).all(axis=1))[0])  # NaN propagates to min/max
-        raise ValueError(f"chunk frames[{bad}] has a NaN or infinite value; observations must be finite")
-    arrays = []
-    for name, arr, kinds in (("actions", chunk.actions, "iu"), ("rewards", chunk.rewards, "fiu"),
-                             ("flags", chunk.flags, "iu"), ("priorities", chunk.priorities, "fiu")):
-        a = np.asarray(arr)
-        if a.shape != (num,):
-            raise ValueError(f"chunk {name} has shape {a.shape}; expected ({num},) to match its {num} frames")
-        if a.dtype.kind not in kinds:
-            raise ValueError(f"chunk {name} has dtype {a.dtype}; expected a {'float' if 'f' in kinds else 'integer'} type")
-        arrays.append(a)
-    first_start = int(chunk.first_start)
-    if not 0 <= first_start <= num:
-        raise ValueError(f"chunk first_start={chunk.first_start} outside [0, {num}]")
-    return ChunkArrays(frames, *arrays, first_start)
+from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 
 
 def _structure(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -112,119 +64,6 @@ def _structure(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np
     return check_structure(chunk, obs_shape, obs_dtype, max_frames)
 
 
-def values_ok(actions: np.ndarray, rewards: np.ndarray, flags: np.ndarray, priorities: np.ndarray,
-              boundaries: np.ndarray | None = None) -> bool:
-    """Whether every per-frame value is usable: a handful of whole-array reductions (the hot path).
-
-    The arrays may be several chunks concatenated; `boundaries` are then the indices where chunks
-    2, 3, ... begin, and the one check on neighbouring frames (a FIRST frame must follow a frame
-    without an action) skips the pairs that straddle two chunks."""
-    end = flags & FLAG_END
-    crossing = ((flags[1:] & FLAG_FIRST) != 0) & (actions[:-1] != NO_ACTION)
-    if boundaries is not None and boundaries.size:
-        crossing[boundaries - 1] = False
-    return bool(
-        actions.min() >= NO_ACTION
-        and not (flags & _UNKNOWN_FLAGS).any()
-        and not (end == FLAG_END).any()
-        and not ((end != 0) & (actions == NO_ACTION)).any()
-        and not crossing.any()
-        and (np.abs(rewards) <= MAX_ABS_REWARD).all()  # NaN compares False: non-finite fails here too
-        and np.isfinite(priorities).all()
-        and priorities.min() >= 0
-    )
-
-
-def validate_chunk(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype, stack: int,
-                   max_frames: int) -> None:
-    """Raise ValueError naming the first inconsistency between the chunk's arrays or a value the
-    learner cannot use (non-finite float observations, rewards beyond MAX_ABS_REWARD)."""
-    a = check_structure(chunk, obs_shape, obs_dtype, max_frames)
-    if not values_ok(a.actions, a.rewards, a.flags, a.priorities):
-        _explain_bad_values(chunk, a.actions, a.flags)
-
-
-def _explain_bad_values(chunk: TransitionChunk, actions: np.ndarray, flags: np.ndarray) -> None:
-    """Raise the precise ValueError for the first bad value (slow path)."""
-    bad = np.flatnonzero(actions < NO_ACTION)
-    if bad.size:
-        raise ValueError(f"chunk actions[{bad[0]}]={actions[bad[0]]} is negative but not NO_ACTION ({NO_ACTION})")
-    bad = np.flatnonzero((flags & _UNKNOWN_FLAGS) != 0)
-    if bad.size:
-        raise ValueError(f"chunk flags[{bad[0]}]={flags[bad[0]]} has bits outside FIRST|TERMINATED|TRUNCATED")
-    both = np.flatnonzero((flags & FLAG_END) == FLAG_END)
-    if both.size:
-        raise ValueError(f"chunk flags[{both[0]}] sets both TERMINATED and TRUNCATED")
-    end_no_action = np.flatnonzero(((flags & FLAG_END) != 0) & (actions == NO_ACTION))
-    if end_no_action.size:
-        i = int(end_no_action[0])
-        raise ValueError(f"chunk flags[{i}] ends the episode but actions[{i}] is NO_ACTION (no step was taken)")
-    firsts = np.flatnonzero((flags & FLAG_FIRST) != 0)
-    firsts = firsts[firsts > 0]
-    crossing = firsts[actions[firsts - 1] != NO_ACTION]
-    if crossing.size:
-        j = int(crossing[0])
-        raise ValueError(
-            f"chunk frame {j} is FIRST but actions[{j - 1}]={actions[j - 1]}: a step would cross into a new episode"
-        )
-    for name in ("rewards", "priorities"):
-        a = np.asarray(getattr(chunk, name))
-        bad = np.flatnonzero(~np.isfinite(a))
-        if bad.size:
-            raise ValueError(f"chunk {name}[{bad[0]}]={a[bad[0]]} is not finite")
-    rewards = np.asarray(chunk.rewards)
-    bad = np.flatnonzero(np.abs(rewards) > MAX_ABS_REWARD)
-    if bad.size:
-        raise ValueError(f"chunk rewards[{bad[0]}]={rewards[bad[0]]:.6g} is invalid: allowed |reward| <= "
-                         f"{MAX_ABS_REWARD:g} (keeps n-step returns finite in float32)")
-    bad = np.flatnonzero(np.asarray(chunk.priorities) < 0)
-    if bad.size:
-        raise ValueError(f"chunk priorities[{bad[0]}]={chunk.priorities[bad[0]]} is negative")
-    raise ValueError("chunk failed validation")  # unreachable unless the two paths disagree
-
-
-@dataclass(frozen=True)
-class PlannedSegment:
-    """A chunk's complete transitions, expressed relative to the stored frame range [lo, hi)."""
-
-    lo: int
-    hi: int
-    starts: np.ndarray  # int64, relative to lo
-    boots: np.ndarray  # int64, relative to lo
-    floors: np.ndarray  # int64 per stored frame, relative to lo
-    actions: np.ndarray
-    returns: np.ndarray
-    discounts: np.ndarray
-    priorities: np.ndarray  # collector's initial priorities of the transitions
-
-
-def plan_segment(chunk: TransitionChunk, stack: int, n_step: int, gamma: float) -> PlannedSegment | None:
-    """n-step targets via shared.chunk; None when no transition is complete in the chunk."""
-    actions = np.asarray(chunk.actions)
-    flags = np.asarray(chunk.flags)
-    targets = nstep_targets(actions, np.asarray(chunk.rewards), flags, int(chunk.first_start), n_step, gamma)
-    if targets.starts.size == 0:
-        return None
-    floors = stack_floors(flags)
-    first = targets.starts[:1]
-    missing = (first - (stack - 1) < 0) & (floors[first] == 0) & ((flags[0] & FLAG_FIRST) == 0)
-    if missing[0]:
-        raise ValueError(
-            f"chunk transition at frame {int(first[0])} needs {stack - 1} history frames but the chunk has only "
-            f"{int(first[0])} and frame 0 is not FIRST (context must reach back stack-1 frames or to the episode start)"
-        )
-    lo = int(stack_indices(first, floors[first], stack)[0, 0])
-    hi = int(targets.bootstrap.max()) + 1
-    return PlannedSegment(
-        lo=lo, hi=hi,
-        starts=targets.starts - lo, boots=targets.bootstrap - lo,
-        floors=np.maximum(floors[lo:hi], lo) - lo,
-        actions=actions[targets.starts], returns=targets.returns, discounts=targets.discounts,
-        priorities=np.asarray(chunk.priorities)[targets.starts],
-    )
-
-
-# ---------------------------------------------------------------------- a batch
 @dataclass(frozen=True)
 class BatchPlan:
     """The chunks of a batch that add transitions, end to end on a tape, in batch order.
@@ -235,7 +74,7 @@ class BatchPlan:
     """
 
     index: list[int]  # batch position of each planned chunk
-    frames: list[np.ndarray]  # its stored frames, a view of chunk.frames[lo:hi]
+    frames: list[np.ndarray]  # its stored frames: chunk.frames[lo:hi] (the array itself if that is all of it)
     tape: list[int]  # len(index) + 1 cumulative stored-frame counts
     rows: list[int]  # len(index) + 1 cumulative transition counts
     starts: np.ndarray  # int64 [rows] tape position of each transition's state (its newest frame)
@@ -262,16 +101,7 @@ def plan_batch(chunks: list[TransitionChunk], obs_shape: tuple[int, ...], obs_dt
             arrays[i] = _structure(chunk, obs_shape, obs_dtype, max_frames)
         except ValueError as exc:
             errors[i] = exc.with_traceback(None)
-    group, rare = _dtype_group(arrays)
-    rare = _valid_only(chunks, rare, arrays, errors)
-    batch = _Concat(arrays, group)
-    events = _scan(batch)
-    if events is None:  # some chunk may be bad: check each alone, then scan the good ones again
-        batch = _Concat(arrays, _valid_only(chunks, group, arrays, errors))
-        events = _scan(batch)
-        if events is None:  # valid chunks the (stricter) batch scan refuses: plan them one by one
-            rare, batch = rare + batch.group, _Concat(arrays, [])
-            events = _scan(batch)
+    batch, events, rare = _checked(chunks, arrays, errors)
     common = _common_chunks(batch, events, stack, n_step)
     slow: dict[int, PlannedSegment] = {}
     for i in sorted([i for i in batch.group if i not in common] + rare):
@@ -283,6 +113,22 @@ def plan_batch(chunks: list[TransitionChunk], obs_shape: tuple[int, ...], obs_dt
         if plan is not None:
             slow[i] = plan
     return _assemble(batch, arrays, common, slow, n_step, gamma), errors
+
+
+def _checked(chunks: list[TransitionChunk], arrays: list[ChunkArrays | None],
+             errors: list[ValueError | None]) -> tuple[_Concat, _Events, list[int]]:
+    """Value checks of the structurally valid chunks: the concatenation of those checked together
+    (and its events), and the valid chunks left to plan one by one. Bad chunks get their error."""
+    group, rare = _dtype_group(arrays)
+    rare = _valid_only(chunks, rare, arrays, errors)
+    batch = _Concat(arrays, group)
+    events = _scan(batch)
+    if events is None:  # some chunk may be bad: check each alone, then scan the good ones again
+        batch = _Concat(arrays, _valid_only(chunks, group, arrays, errors))
+        events = _scan(batch)
+        if events is None:  # valid chunks the (stricter) batch scan refuses: plan them one by one
+            rare, batch, events = rare + batch.group, _Concat(arrays, []), _Events([], [], [])
+    return batch, events, rare
 
 
 def _dtype_group(arrays: list[ChunkArrays | None]) -> tuple[list[int], list[int]]:
@@ -310,7 +156,7 @@ def _valid_only(chunks: list[TransitionChunk], indices: list[int], arrays: list[
             good.append(i)
             continue
         try:
-            _explain_bad_values(chunks[i], a.actions, a.flags)
+            explain_bad_values(chunks[i], a.actions, a.flags)
         except ValueError as exc:
             errors[i] = exc.with_traceback(None)
     return good
@@ -326,6 +172,7 @@ class _Concat:
         self.offsets: list[int] = []
         self.first_starts: list[int] = []
         if not group:
+            self.actions = self.rewards = self.flags = self.priorities = np.zeros(0, dtype=np.int64)
             return
         _, actions, rewards, flags, priorities, first_starts = zip(*[arrays[i] for i in group], strict=True)
         self.first_starts = list(first_starts)
@@ -362,12 +209,13 @@ def _scan(batch: _Concat) -> _Events | None:
     if not batch.group:
         return _Events([], [], [])
     actions, flags, rewards, prio = batch.actions, batch.flags, batch.rewards, batch.priorities
+    low, high = np.minimum.reduce, np.maximum.reduce  # arr.min() without its Python wrapper
     if not (
-        actions.min() >= NO_ACTION
-        and rewards.min() >= -MAX_ABS_REWARD  # NaN propagates through min/max and fails
-        and rewards.max() <= MAX_ABS_REWARD
-        and prio.min() >= 0
-        and prio.max() < np.inf
+        low(actions) >= NO_ACTION
+        and low(rewards) >= -MAX_ABS_REWARD  # NaN propagates through minimum/maximum and fails
+        and high(rewards) <= MAX_ABS_REWARD
+        and low(prio) >= 0
+        and high(prio) < np.inf
     ):
         return None
     idle = (actions < 0).nonzero()[0].tolist()
@@ -427,7 +275,8 @@ def _assemble(batch: _Concat, arrays: list[ChunkArrays | None], common: dict[int
                            tape[-1] - lo - batch.offsets[j]))
         else:
             lo, hi = slow[i].lo, slow[i].hi
-        frames.append(arrays[i].frames[lo:hi])
+        whole = arrays[i].frames
+        frames.append(whole if lo == 0 and hi == len(whole) else whole[lo:hi])
         lengths.append(hi - lo)
         tape.append(tape[-1] + hi - lo)
     seg_ends = np.array(tape[1:], dtype=np.int32).repeat(lengths)
@@ -442,7 +291,10 @@ def _assemble(batch: _Concat, arrays: list[ChunkArrays | None], common: dict[int
     return BatchPlan(index, frames, tape, row_bounds, *table, floors, seg_ends)
 
 
-def _common_rows(batch: _Concat, picked: list[tuple[int, int, int]], n: int, gamma: float) -> tuple:
+_Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.float32, np.ndarray]
+
+
+def _common_rows(batch: _Concat, picked: list[tuple[int, int, int]], n: int, gamma: float) -> _Rows:
     """Transition rows of the common chunks, given per chunk (index of its first start in the
     concatenation, transition count, shift from concatenation to tape index): (tape starts,
     actions, float64 returns, their one float32 discount, float64 priorities).
@@ -486,7 +338,7 @@ def _common_rows(batch: _Concat, picked: list[tuple[int, int, int]], n: int, gam
 
 
 def _merge_rows(index: list[int], tape: list[int], common: dict[int, tuple[int, int]],
-                slow: dict[int, PlannedSegment], rows: tuple, counts: list[int], n: int,
+                slow: dict[int, PlannedSegment], rows: _Rows, counts: list[int], n: int,
                 floors: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
     """Interleave the common chunks' rows with the other chunks' plans in batch order (and write
     those chunks' stack floors into `floors`). Columns are cast to one dtype each first, as chunks of

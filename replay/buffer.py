@@ -6,18 +6,18 @@ Why this design (details in the module docstrings):
   per-slot metadata; each chunk is one contiguous, never-wrapping segment, so stacks are
   rebuilt by index inside a segment and never mix streams or episodes (~1.05 stored frames
   per transition vs 8 for (state, next_state) stacks).
-- replay/batch_plan.py -- validation and n-step targets (shared.chunk), per chunk and vectorized
-  over a batch of chunks.
+- replay/chunk_plan.py -- validation and n-step targets (shared.chunk) of one chunk;
+  replay/batch_plan.py the same for a batch of chunks at once, vectorized.
 - replay/writer.py   -- placement, the claim / copy / publish protocol.
 - replay/sampler.py  -- the reader-owned sum-tree, draining, stratified PER sampling, the
   freshness re-check, stale-safe priority updates.
 
-Thread roles: `add_chunk` / `add_chunks` from the writer thread only; `sample`, `update_priorities` and
-`check_valid` from the reader thread only (they drain the writer's records into the tree).
-`len()`, `transitions_added` and `frames_stored` may be read from any thread: they are
-writer-maintained counters and never touch the tree (the consolidation thread's stats call
-len(); if len() drained, two threads would mutate the reader-owned tree). `save` and
-`restore` need a quiescent writer (the checkpointer pauses consolidation around them).
+Thread roles: `add_chunk` / `add_chunks` from the writer thread only; `sample`,
+`update_priorities` and `check_valid` from the reader thread only (they drain the writer's
+records into the tree). `len()`, `transitions_added` and `frames_stored` may be read from any
+thread: they are writer-maintained counters and never touch the tree (the consolidation
+thread's stats call len(); if len() drained, two threads would mutate the reader-owned tree).
+`save` and `restore` need a quiescent writer (the checkpointer pauses consolidation around them).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The writer side: place each chunk as one segment, copy it, publish it.
 
-Validation and n-step planning (per chunk, and vectorized over a batch) live in
-replay/batch_plan.py; the writer places what they planned.
+Validation and n-step planning live in replay/chunk_plan.py (one chunk, the reference) and
+replay/batch_plan.py (a batch at once, the same results); the writer places what they planned.
 
 Concurrency protocol (no lock on the hot path). The writer is one thread and
 owns the cursor; the reader is one thread and owns the sum-tree. They share:
@@ -14,17 +14,18 @@ owns the cursor; the reader is one thread and owns the sum-tree. They share:
 2. ``records`` -- a ``collections.deque`` of `SegmentRecord` appended only *after* the copy
    finished (after a CUDA stream sync on GPU storage). The reader learns of a segment only
    from its record, so it can never sample a half-written segment. ``extend``/``popleft``
-   are atomic under the GIL, which also orders the writes before the append.
+   are atomic under the GIL, which also orders the writes before the publication.
 
 A segment never wraps: if it does not fit before the end of the ring, the cursor jumps to
 slot 0 and the tail is retired (the record says so). The absolute position jumps with it to
 the next multiple of capacity, keeping ``slot == position % capacity``.
 
-Batches. `write_batch` places several chunks exactly as successive `write` calls would, but
-writes each *run* (chunks placed back to back with no cursor jump between them) with one claim,
-one set of bookkeeping and metadata stores, and then publishes one record per chunk. Records stay
-per chunk (each with its own absolute start and `seg_end` per chunk in storage) so the reader's
-freshness check and a later partial overwrite judge every chunk on its own, as if written alone.
+Batches. `write_batch` places several chunks exactly as successive `write` calls would (`write`
+is a batch of one), but writes each *run* (chunks placed back to back with no cursor jump
+between them) with one claim, one set of bookkeeping and metadata stores, then the frame copies,
+then one record per chunk. Records stay per chunk (each with its own absolute start, and
+`seg_end` per chunk in storage) so the reader's freshness check and a later partial overwrite
+judge every chunk on its own, exactly as if it had been written alone.
 
 Only the frames actually needed are stored: from the oldest stack frame of the first
 complete transition to the last bootstrap frame. Context and lookahead frames beyond that

@@ -21,8 +21,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.batch_plan import plan_batch, plan_segment, validate_chunk
+from replay.batch_plan import plan_batch
 from replay.buffer import ReplayBuffer
+from replay.chunk_plan import plan_segment, validate_chunk
 from replay.writer import SegmentRecord, SegmentWriter
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from tests.test_replay_sim import interleaved_chunks, make_streams, verify_row
@@ -372,6 +373,25 @@ def test_chunks_of_other_dtypes_and_float_frames() -> None:
         errors += sum(isinstance(r, str) for r in got)
         assert_same(ref, many)
     assert errors >= len(mixed) // 4
+    # a whole batch of integer rewards and int8 flags goes the vectorized way (one dtype key)
+    ints = [_with(c, rewards=np.round(c.rewards * 3).astype(np.int16), flags=c.flags.astype(np.int8))
+            for c in chunks]
+    ref = make_buffer(150, 4, 3, False, 32, reference=True)
+    many = make_buffer(150, 4, 3, False, 32)
+    for pos in range(0, len(ints), 7):
+        batch = ints[pos : pos + 7]
+        assert many.add_chunks(batch) == [ref.add_chunk(c) for c in batch]
+        assert_same(ref, many)
+    # flags the batch scan is stricter about (256 has no bit validate_chunk looks at): planned alone
+    odd = [_with(c, flags=_set(c.flags.astype(np.int32), 0, 256 | int(c.flags[0])) if k % 3 == 0 else c.flags.astype(np.int32))
+           for k, c in enumerate(chunks)]
+    ref = make_buffer(150, 4, 3, True, 32, reference=True)
+    many = make_buffer(150, 4, 3, True, 32)
+    for pos in range(0, len(odd), 5):
+        batch = odd[pos : pos + 5]
+        assert [as_outcome(r) for r in many.add_chunks(batch)] == [outcome(lambda c=c: ref.add_chunk(c))
+                                                                    for c in batch]
+        assert_same(ref, many)
     # float frames: finiteness is checked per chunk
     frames = [np.arange(12, dtype=np.float32).reshape(4, 3) + k for k in range(6)]
     frames[3][2, 1] = np.nan
