@@ -42,7 +42,15 @@ from replay.chunk_plan import (
     plan_segment,
     values_ok,
 )
-from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
+from shared.chunk import (
+    FLAG_END,
+    FLAG_FIRST,
+    FLAG_TERMINATED,
+    FLAG_TRUNCATED,
+    NO_ACTION,
+    TransitionChunk,
+    window_returns,
+)
 
 
 def _structure(chunk: TransitionChunk, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -299,10 +307,10 @@ def _common_rows(batch: _Concat, picked: list[tuple[int, int, int]], n: int, gam
     concatenation, transition count, shift from concatenation to tape index): (tape starts,
     actions, float64 returns, their one float32 discount, float64 priorities).
 
-    The returns are shared.chunk._nstep_no_episode_end's float64 sums in its order (0 + r_t, then
-    + gamma r_{t+1}, ...), computed by slices for every window of the concatenation and gathered
-    at the transitions; windows that straddle two chunks are never gathered. They stay float64
-    here: storing them in the float32 ring rounds them exactly as that function's astype does.
+    The returns are shared.chunk.window_returns over the whole concatenation (the float64 sums
+    shared.chunk's per-chunk fast path takes, in its order), gathered at the transitions; windows
+    that straddle two chunks are never gathered. They stay float64 here: storing them in the
+    float32 ring rounds them exactly as that fast path's astype does.
     Every common chunk has gamma^n as its discount, multiplied in that same order.
 
     Temporaries are few and written in place: after the previous batch's frame copies every
@@ -323,17 +331,7 @@ def _common_rows(batch: _Concat, picked: list[tuple[int, int, int]], n: int, gam
         starts = at + np.array(shifts).repeat(counts)
     else:  # usually all 0: every chunk is common and stores all its frames, so the tape is the concatenation
         starts = at + shifts[0] if shifts[0] else at
-    # float64 products and sums: the rewards are cast to float64 first (dtype=), as astype(float64) would.
-    # Step 0 is 0.0 + 1.0 * r, which is r + 0.0 (a -0.0 reward gives +0.0 either way).
-    rewards = batch.rewards
-    span = rewards.size - n + 1  # windows [t, t + n) inside the concatenation
-    sums = np.add(rewards[:span], 0.0, dtype=np.float64)
-    term = np.empty(span, dtype=np.float64)
-    weight = gamma
-    for k in range(1, n):
-        np.multiply(rewards[k : k + span], weight, out=term, dtype=np.float64)
-        np.add(sums, term, out=sums)
-        weight = weight * gamma
+    sums = window_returns(batch.rewards, n, gamma)  # every window [t, t + n) of the concatenation
     return starts, batch.actions[at], sums[at], np.float32(discount), batch.priorities[at].astype(np.float64)
 
 

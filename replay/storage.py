@@ -15,10 +15,11 @@ Per slot (numpy, CPU; written by the writer, read by the reader only for sampled
                (writer-only bookkeeping: which old segment a new one partially overwrites).
 
 Frames live in one uint8 torch tensor on the storage device (the learner's GPU when it fits,
-else CPU), so a sample is a single device-side ``index_select`` of both stacks. On CPU the
-same code path: ``torch.index_select(out=...)`` into a preallocated buffer is near the copy floor
-on CPU and ~3x faster than ``np.take(..., out=)``, whose out= path buffers (BENCHMARKS.md,
-"Design measurements").
+else CPU), so a sample is a device-side ``index_select`` of both stacks: per frame on the GPU, per
+run of stack-many consecutive slots on CPU (`gather_windows`). ``torch.index_select(out=...)`` into a
+preallocated buffer is near the copy floor on CPU and ~3x faster than ``np.take(..., out=)``, whose
+out= path buffers (BENCHMARKS.md, "Design measurements"). A large CPU ring is its own private
+mapping, advised to use huge pages.
 """
 
 from __future__ import annotations

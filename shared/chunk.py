@@ -147,6 +147,24 @@ def nstep_targets(
     )
 
 
+def window_returns(rewards: np.ndarray, n: int, gamma: float) -> np.ndarray:
+    """float64 sum_k gamma^k r[t+k] over every full window [t, t+n) of `rewards` (len(rewards)-n+1 of them).
+
+    The order of operations is the general path's (0 + r_t, then + gamma r_{t+1}, + gamma^2 r_{t+2},
+    ...; rewards cast to float64 first, gamma^k by repeated multiplication), so the sums are
+    bit-identical to it; the replay's batched planner sums windows across a concatenation of chunks
+    with it too. Temporaries are written in place (the planner runs with cold caches)."""
+    span = rewards.size - n + 1
+    sums = np.add(rewards[:span], 0.0, dtype=np.float64)  # 0.0 + 1.0 * r: a -0.0 reward gives +0.0
+    term = np.empty(span, dtype=np.float64)
+    weight = gamma
+    for k in range(1, n):
+        np.multiply(rewards[k : k + span], weight, out=term, dtype=np.float64)
+        np.add(sums, term, out=sums)
+        weight = weight * gamma
+    return sums
+
+
 def _nstep_no_episode_end(
     actions: np.ndarray, rewards: np.ndarray, flags: np.ndarray, first_start: int, n: int, gamma: float
 ) -> NStepTargets | None:
@@ -157,14 +175,12 @@ def _nstep_no_episode_end(
     stop = num - n  # exclusive end of complete starts
     if stop <= first_start or (flags[first_start:] & FLAG_END).any() or (actions[first_start:num - 1] < 0).any():
         return None
-    returns = np.zeros(stop - first_start, dtype=np.float64)
-    rewards64 = rewards.astype(np.float64)  # a float scalar times float32 would stay float32
+    count = stop - first_start
+    returns = window_returns(rewards[first_start:], n, gamma)[:count]
     discount = 1.0
-    for k in range(n):
-        returns = returns + discount * rewards64[first_start + k: stop + k]
+    for _ in range(n):
         discount = discount * gamma
     starts = np.arange(first_start, stop, dtype=np.int64)
-    count = stop - first_start
     return NStepTargets(
         starts=starts,
         bootstrap=starts + n,

@@ -59,3 +59,21 @@ def test_fast_path_is_bit_identical_to_the_general_path(data, first_start, n, ga
         fast, slow = C.nstep_targets(acts, rewards, flags, first_start, n, gamma), _general(acts, rewards, flags, first_start, n, gamma)
         for name in ("starts", "bootstrap", "returns", "discounts", "steps"):
             assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_window_returns_are_the_float64_sums_in_the_general_order(n: int) -> None:
+    """Bit for bit: the collector, the replay's fast path and its batched planner all store these sums."""
+    rng = np.random.default_rng(n)
+    rewards = (rng.normal(size=40) * 3).astype(np.float32)
+    gamma = 0.99
+    sums = C.window_returns(rewards, n, gamma)
+    assert sums.dtype == np.float64 and sums.size == 40 - n + 1
+    for t in range(sums.size):
+        expected, discount = 0.0, 1.0
+        for k in range(n):
+            expected = expected + discount * float(rewards[t + k])
+            discount = discount * gamma
+        assert sums[t] == expected, t
+    targets = C.nstep_targets(np.zeros(40, np.int32), rewards, np.zeros(40, np.uint8), 0, n, gamma)
+    assert np.array_equal(targets.returns, sums[: 40 - n].astype(np.float32))
