@@ -203,7 +203,7 @@ class Bench:
             kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train,
                                       "stop_event": stop}
             threading.Thread(target=stop_after_first_data, daemon=True, name="bench-watch",
-                             args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done, snaps)).start()
+                             args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done, snaps, n)).start()
             try:
                 with open(log_path, "w") as log, contextlib.redirect_stdout(log):  # progress lines would bury the table
                     res = run_training(cfg, str(run_dir), **kwargs)
@@ -216,7 +216,7 @@ class Bench:
         res = self.attempt(label, (), call)
         if res is None:
             return None
-        steady = steady_rates(run_dir / "metrics.jsonl")
+        steady = steady_rates(run_dir / "metrics.jsonl", collectors=n)
         res["steady"] = steady
         res["cpu_s_per_1k_steps"] = window_cpu_per_1k(steady, snaps)
         self.details.setdefault(label.rsplit("_", 1)[0], []).append(res)

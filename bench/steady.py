@@ -19,10 +19,12 @@ CPU_WATCH_S = 0.05  # how often the pipeline watcher looks for a new metrics row
 
 
 def stop_after_first_data(path: Path, seconds: float, stop: threading.Event, done: threading.Event,
-                           snaps: dict[int, tuple[float, dict[int, float]]] | None = None) -> None:
-    """Set `stop` once `seconds` have passed since metrics.jsonl first showed env steps. Until
-    `done` (the run has returned), put (env_steps, CPU snapshot of the process tree) in `snaps[i]`
-    as soon as row i appears: the last rows are written after `stop`, while the head shuts down."""
+                           snaps: dict[int, tuple[float, dict[int, float]]] | None = None,
+                           collectors: int | None = None) -> None:
+    """Set `stop` once `seconds` have passed since the steady window opened (metrics.jsonl first
+    showed env steps from all `collectors`, see steady_rates). Until `done` (the run has
+    returned), put (env_steps, CPU snapshot of the process tree) in `snaps[i]` as soon as row i
+    appears: the last rows are written after `stop`, while the head shuts down."""
     from bench import cpu_time
 
     first: float | None = None
@@ -41,7 +43,7 @@ def stop_after_first_data(path: Path, seconds: float, stop: threading.Event, don
                     except ValueError:  # a row still being written: read again next time
                         break
             rows = len(snaps) if snaps is not None else len(lines)
-            if first is None and "first_data_after_s" in steady_rates(path, need_rows=1):
+            if first is None and "first_data_after_s" in steady_rates(path, need_rows=1, collectors=collectors):
                 first = time.monotonic()
         if first is not None and not stop.is_set() and time.monotonic() - first >= seconds:
             stop.set()
@@ -84,14 +86,26 @@ def replay_ratio(records: list[dict[str, Any]], batch: int) -> float | None:
     return median(ratios)
 
 
-def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
-    """env_steps/s and updates/s from the first metrics row with data to the last row where data arrived.
+def steady_rates(metrics_path: Path, need_rows: int = 2, collectors: int | None = None) -> dict[str, Any]:
+    """env_steps/s and updates/s from the first metrics row with data from every collector to the
+    last row where data arrived.
 
     Why both ends sit on arrivals: the head counts env steps when a chunk lands, i.e. in bursts of
     envs_per_collector * chunk_steps per collector. A window ending between bursts would count
     the time of a partial period but none of its steps: up to one whole period too little (~25%
     of a 4 s --quick window), while the baselines count every step as it happens. Between two
     rows that each follow an arrival lie whole periods only. updates/s uses the same window.
+
+    Why the window opens only once every collector has delivered (rows' `collectors_delivered`
+    reaching `collectors`, or its largest value in the file when `collectors` is None): collectors
+    start seconds apart (each builds its envs first), so the first arrival is one collector's.
+    Opening there would count the first chunk of every later collector in full although most of
+    it was collected before the window: up to (collectors - 1) chunks too many, +12% for 14
+    collectors x 512-transition chunks in 20 s. Once all have delivered, each collector is at an
+    unrelated point of its period when the window opens, so its whole chunks inside the window
+    are, on average, exactly its steps inside it. With need_rows=1 and `collectors` given, the
+    window has not opened until that many have delivered; files without the field (older heads)
+    open at the first data row.
     """
     try:
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
@@ -106,6 +120,14 @@ def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
     first = next((i for i, r in enumerate(rows) if r["env_steps"] > base), None)
     if first is None:
         return {"why": f"{len(rows)} metrics rows, none with env steps"}
+    delivered = [r.get("collectors_delivered") for r in rows]
+    all_in = collectors if collectors is not None else max((d for d in delivered if isinstance(d, int)), default=None)
+    if all_in is not None and isinstance(delivered[first], int):
+        opened = next((i for i in range(first, len(rows)) if (delivered[i] or 0) >= all_in), None)
+        if opened is None and need_rows <= 1:
+            return {"why": f"{max(d or 0 for d in delivered)} of {all_in} collectors have delivered"}
+        first = opened if opened is not None else next(  # a collector never delivered: all that did
+            i for i in range(first, len(rows)) if (delivered[i] or 0) >= max(d or 0 for d in delivered))
     if need_rows <= 1:
         return {"first_data_after_s": rows[first]["time"] - rows[0]["time"]}
     if first >= len(rows) - 1:
@@ -117,7 +139,8 @@ def steady_rates(metrics_path: Path, need_rows: int = 2) -> dict[str, Any]:
         return {"why": "no env steps arrived after the first data row"}
     out: dict[str, Any] = {"env_steps_per_s": (b["env_steps"] - a["env_steps"]) / dt, "window_s": dt,
                            "first_data_after_s": a["time"] - rows[0]["time"], "rows": last - first + 1,
-                           "steps": b["env_steps"] - a["env_steps"], "first_row": index[first], "last_row": index[last]}
+                           "steps": b["env_steps"] - a["env_steps"], "first_row": index[first], "last_row": index[last],
+                           "collectors_delivered": delivered[first]}
     if isinstance(a.get("updates"), (int, float)) and isinstance(b.get("updates"), (int, float)):
         out["updates_per_s"] = (b["updates"] - a["updates"]) / dt
     return out

@@ -45,7 +45,7 @@ _GROUPS = {
     "best_x_pos": "episode", "flags": "episode",
     "epsilon": "actors", "epsilon_mean": "actors", "env_steps_per_s": "actors", "weight_version_lag": "actors",
     "weight_lag": "actors", "weight_version": "actors", "env_steps": "actors", "collectors_alive": "actors",
-    "collectors_waiting": "actors",
+    "collectors_waiting": "actors", "collectors_delivered": "actors",
 }
 
 _RATES = (("env_steps", "env_steps_per_s"), ("updates", "updates_per_s"), ("samples", "samples_per_s"))

@@ -71,6 +71,8 @@ class ProgressTracker:
             "epsilon_mean": _mean(epsilons),
             "collectors_alive": len(versions),
             "collectors_waiting": sum(bool(c.get("waiting")) for c in live),  # held by the insert gate / credits
+            # collectors whose data has arrived at least once: the bench's steady window starts when all have
+            "collectors_delivered": sum(c["transitions"] > 0 for c in stats.collectors.values()),
             "restarts": restarts,
             "rejected": stats.rejected,
             "rejected_by_reason": dict(stats.rejected_by_reason),

@@ -12,6 +12,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import driver as bench
@@ -255,6 +256,45 @@ def test_steady_rate_window_ends_at_the_last_arrival(tmp_path):
     steady = bench.steady_rates(path)
     assert steady["env_steps_per_s"] == pytest.approx(128.0)  # ending at rows[-1] would give 512 / 4.5 s
     assert steady["window_s"] == pytest.approx(4.0)
+
+
+def _skewed_collector_rows(seed: int, n: int = 14, rate: float = 100.0, chunk: int = 512, skew_s: float = 10.0,
+                           run_s: float = 35.0, row_s: float = 0.5) -> list[dict]:
+    """Metrics rows of n collectors that start up to skew_s apart and then each land a chunk every chunk/rate s."""
+    starts = np.random.default_rng(seed).uniform(0.0, skew_s, n)
+    rows = []
+    for k in range(int(run_s / row_s) + 1):
+        done = np.floor(np.maximum(k * row_s - starts, 0.0) / (chunk / rate))
+        rows.append({"time": k * row_s, "env_steps": int(done.sum()) * chunk, "collectors_delivered": int((done > 0).sum())})
+    return rows
+
+
+def test_steady_window_opens_once_every_collector_has_delivered(tmp_path):
+    """Opening at the first arrival counts late starters' idle start-up as window time."""
+    path, old = tmp_path / "metrics.jsonl", tmp_path / "old.jsonl"
+    worst_old = worst_new = 0.0
+    for seed in range(5):
+        rows = _skewed_collector_rows(seed)
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        old.write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "collectors_delivered"}) for r in rows))
+        true = 14 * 100.0
+        worst_new = max(worst_new, abs(bench.steady_rates(path, collectors=14)["env_steps_per_s"] / true - 1))
+        worst_old = max(worst_old, abs(bench.steady_rates(old)["env_steps_per_s"] / true - 1))
+        assert bench.steady_rates(path)["first_row"] == bench.steady_rates(path, collectors=14)["first_row"]
+    assert worst_old > 0.1 and worst_new < 0.04, (worst_old, worst_new)
+    # while the run is live, the window (and the stop timer) has not opened until all have delivered
+    rows = _skewed_collector_rows(0)
+    opened = next(i for i, r in enumerate(rows) if r["collectors_delivered"] == 14)
+    path.write_text("\n".join(json.dumps(r) for r in rows[:opened]) + "\n")
+    assert "of 14 collectors have delivered" in bench.steady_rates(path, need_rows=1, collectors=14)["why"]
+    path.write_text("\n".join(json.dumps(r) for r in rows[:opened + 1]) + "\n")
+    assert bench.steady_rates(path, need_rows=1, collectors=14)["first_data_after_s"] == rows[opened]["time"]
+    # a collector that never delivers: the window opens once all the others have
+    for r in rows:
+        r["collectors_delivered"] = min(r["collectors_delivered"], 13)
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    steady = bench.steady_rates(path, collectors=14)
+    assert steady["collectors_delivered"] == 13 and steady["env_steps_per_s"] > 0
 
 
 def test_pipeline_failure_is_an_explicit_error(monkeypatch, tmp_path):

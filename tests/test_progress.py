@@ -18,16 +18,18 @@ def stats(collectors: dict, by_slot: dict) -> ConsolidationStats:
     )
 
 
-def collector(slot: int, epsilon: float) -> dict:
-    return {"slot": slot, "epsilon": epsilon, "weight_version": 0, "closed": False, "waiting": False}
+def collector(slot: int, epsilon: float, transitions: int = 0) -> dict:
+    return {"slot": slot, "epsilon": epsilon, "weight_version": 0, "closed": False, "waiting": False,
+            "transitions": transitions}
 
 
 def test_greedy_curve_is_the_lowest_epsilon_slot() -> None:
     explorer = [EpisodeSummary(0, 10, 100.0, x_pos=300) for _ in range(3)]
     greedy = [EpisodeSummary(0, 10, 900.0, x_pos=x, flag_get=x == 3000) for x in (1000, 2000, 3000)]
-    s = stats({1: collector(0, 0.4), 2: collector(1, 0.0007)}, {0: explorer, 1: greedy})
+    s = stats({1: collector(0, 0.4, transitions=512), 2: collector(1, 0.0007)}, {0: explorer, 1: greedy})
     record = ProgressTracker(20).record(s, {}, 1000, 10_000, 0, 0, {})
     assert record["mean_x_pos_20_greedy"] == 2000 and record["greedy_epsilon"] == 0.0007
+    assert record["collectors_alive"] == 2 and record["collectors_delivered"] == 1  # slot 1 has sent nothing yet
     assert record["mean_x_pos_20"] == (3 * 300 + 6000) / 6  # every slot
     assert record["flag_rate_20_greedy"] == 1 / 3
     assert "(greedy slot 2,000, flags 33%)" in ProgressTracker.progress_line(record)
