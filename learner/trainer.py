@@ -180,9 +180,12 @@ class Learner:
             return
         self._skip_warned = True
         seen = "" if loss is None else f" (loss={loss}, grad_norm={grad_norm})"
+        # fp16's GradScaler starts at a scale that overflows on purpose and halves it per overflow
+        scaling = (" With fp16 loss scaling a few such skips at the start are expected: the scaler "
+                   "lowers its scale after each overflow." if self.precision.use_scaler else "")
         warnings.warn(
             f"learner: skipped an optimizer update whose loss or gradient norm was not finite{seen}; the weights "
-            f"are unchanged. Further skips are only counted in stats()['skipped_updates'].",
+            f"are unchanged.{scaling} Further skips are only counted in stats()['skipped_updates'].",
             RuntimeWarning,
             stacklevel=3,
         )
