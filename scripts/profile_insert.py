@@ -1,6 +1,6 @@
-"""Where a batched replay insert spends its time: wall time per batch of INSERT_BATCH chunks, by phase.
+"""Where a batched replay insert spends its time: wall time per batch of chunks, by phase.
 
-    python scripts/profile_insert.py [--batches 200]
+    python scripts/profile_insert.py [--batches 200] [--batch-chunks 16]
 
 Writes the replay bench's chunks (replay/bench.py: 128 transitions, 84x84 uint8 frames) into a
 100k-slot prioritized buffer through `ReplayBuffer.add_chunks`, as the consolidation thread does,
@@ -37,6 +37,7 @@ PHASES = {
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--batch-chunks", type=int, default=INSERT_BATCH, help="chunks per add_chunks call")
     args = p.parse_args()
     torch.set_num_threads(1)
     spent: dict[str, float] = {}
@@ -58,17 +59,18 @@ def main() -> None:
     chunks = _chunks(16, np.random.default_rng(0))
     buf = ReplayBuffer(100_000, (84, 84), np.uint8, 4, 3, 0.99, prioritized=True, seed=0)
     buf.add_chunks(chunks[:2])  # the episode's first chunk, then steady state
+    size = args.batch_chunks
     for _ in range(20):
-        buf.add_chunks([chunks[1 + j % 15] for j in range(INSERT_BATCH)])
+        buf.add_chunks([chunks[1 + j % 15] for j in range(size)])
     spent.clear()
     total = 0.0
     for b in range(args.batches):
-        block = [chunks[1 + (b * INSERT_BATCH + j) % 15] for j in range(INSERT_BATCH)]
+        block = [chunks[1 + (b * size + j) % 15] for j in range(size)]
         t = time.perf_counter()
         buf.add_chunks(block)
         total += time.perf_counter() - t
     per = 1e6 / args.batches
-    print(f"{INSERT_BATCH} chunks per batch: {total * per:.0f} us per batch")
+    print(f"{size} chunks per batch: {total * per:.0f} us per batch, {total * per / size:.1f} us per chunk")
     for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {seconds * per:7.1f} us")
 
