@@ -169,8 +169,8 @@ class Head:
             try:
                 if isinstance(part, Path):
                     shutil.rmtree(part, ignore_errors=True)
-                elif isinstance(part, zmq.Context):
-                    part.term()
+                elif isinstance(part, zmq.Context):  # last: the parts created after it are closed by now
+                    part.destroy(linger=0)  # not term(): a socket a half-built part left open would block it forever
                 else:
                     part.stop() if isinstance(part, ConsolidationThread) else part.close()
             except Exception as exc:  # noqa: BLE001 - report the original failure, not this one

@@ -58,13 +58,17 @@ class WeightPublisher:
         if curve is not None:
             curve.apply(self._sock)
         self.endpoints: list[str] = []
-        for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
-            if ep.startswith("tcp://") and ep.endswith(":0"):
-                port = self._sock.bind_to_random_port(ep.rsplit(":", 1)[0])
-                ep = f"{ep.rsplit(':', 1)[0]}:{port}"
-            else:
-                self._sock.bind(ep)
-            self.endpoints.append(ep)
+        try:  # a failed bind must not leave the socket open: the context's term() would wait on it forever
+            for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
+                if ep.startswith("tcp://") and ep.endswith(":0"):
+                    port = self._sock.bind_to_random_port(ep.rsplit(":", 1)[0])
+                    ep = f"{ep.rsplit(':', 1)[0]}:{port}"
+                else:
+                    self._sock.bind(ep)
+                self.endpoints.append(ep)
+        except BaseException:
+            self._sock.close(linger=0)
+            raise
         self._heartbeat_s = heartbeat_s
         self._lock = threading.Lock()
         self._pending: list[Any] | None = None

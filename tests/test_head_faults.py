@@ -61,10 +61,30 @@ def _our_temp_dirs() -> set[str]:
     return {p.name for p in Path("/tmp").iterdir() if p.name.startswith(("mapx-", "mario-apex-"))}
 
 
-def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path) -> None:
-    """The control port is taken: the head fails after its replay, publisher and temp folders exist."""
-    blocker = zmq.Context.instance().socket(zmq.ROUTER)
-    port = blocker.bind_to_random_port("tcp://127.0.0.1")
+def _port_pair_with_one_taken(taken: int) -> tuple[zmq.Socket, int]:
+    """A ROUTER holding port + taken (the head binds control on port, weights on port + 1); the other is free."""
+    ctx = zmq.Context.instance()
+    for _ in range(50):
+        blocker = ctx.socket(zmq.ROUTER)
+        held = blocker.bind_to_random_port("tcp://127.0.0.1")
+        port = held - taken
+        probe = ctx.socket(zmq.ROUTER)
+        try:
+            probe.bind(f"tcp://127.0.0.1:{port + 1 - taken}")  # the head's other port must be free
+            probe.close(0)
+            return blocker, port
+        except zmq.ZMQError:
+            probe.close(0)
+            blocker.close(0)
+    raise RuntimeError("no pair of adjacent free ports on 127.0.0.1")
+
+
+@pytest.mark.timeout(120)  # a socket left open by a half-built part made the cleanup's term() wait forever
+@pytest.mark.parametrize("taken", [0, 1], ids=["control_port_taken", "weights_port_taken"])
+def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path, taken: int) -> None:
+    """The head fails after its replay and temp folders exist: at the control port (the publisher is up by
+    then) or at the weights port (the publisher itself fails half-built)."""
+    blocker, port = _port_pair_with_one_taken(taken)
     before = _our_temp_dirs()
     try:
         cfg = replace(cartpole(), transport=TransportConfig(port=port))
@@ -73,7 +93,7 @@ def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path) -> None:
     finally:
         blocker.close(0)
     assert _our_temp_dirs() - before == set()
-    # and the same port works again right away: nothing of the failed head still holds it
+    # and the same ports work again right away: nothing of the failed head still holds them
     head = Head(replace(cartpole(), transport=TransportConfig(port=port)), tmp_path / "run2")
     head.close(checkpoint=False)
 

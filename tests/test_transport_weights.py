@@ -76,3 +76,18 @@ def test_keys_cli_writes_a_usable_layout(tmp_path) -> None:
     assert (root / "client.key_secret").stat().st_mode & 0o077 == 0
     server, client = K.load_server(root), K.load_client(root)
     assert client.server_public == server.public
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_bind_leaves_no_socket_open() -> None:
+    """The second endpoint is taken: the publisher raises, and its context still terminates (term() waits on
+    every open socket, so a leaked one would hang the head's cleanup)."""
+    ctx = zmq.Context()
+    blocker = ctx.socket(zmq.ROUTER)
+    port = blocker.bind_to_random_port("tcp://127.0.0.1")
+    with pytest.raises(zmq.ZMQError) as failed:
+        WeightPublisher([f"inproc://free-{id(ctx)}", f"tcp://127.0.0.1:{port}"], context=ctx)
+    blocker.close(0)
+    # the traceback (kept alive here, as in an except block that cleans up) still holds the half-built publisher
+    assert failed.traceback is not None
+    ctx.term()  # returns at once: nothing of the publisher is left open
