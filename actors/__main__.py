@@ -65,7 +65,7 @@ def run_one(args: argparse.Namespace) -> int:
         log.error("registration failed: %s", exc)
         return 2
     finally:
-        ctx.term()
+        ctx.destroy(linger=0)  # not term(): a socket a failed path left open would block it forever
 
 
 def launch(args: argparse.Namespace) -> int:

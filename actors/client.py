@@ -53,6 +53,10 @@ from shared.weights import decode_weights, weights_frame_limit
 log = logging.getLogger(__name__)
 
 
+ENDPOINT_SCHEMES = ("tcp://", "ipc://", "inproc://")
+MAX_ENDPOINT_CHARS = 1024
+
+
 class RegistrationError(RuntimeError):
     """The head did not answer HELLO in time or answered something unusable."""
 
@@ -126,13 +130,33 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
         raise RegistrationError(f"the head refused the registration: {str(data['refused'])[:300]}")
     try:
         return Welcome(
-            int(data["collector_id"]), _reachable(str(data["data_endpoint"]), connect),
-            _reachable(str(data["weights_endpoint"]), connect), float(data["epsilon"]),
+            int(data["collector_id"]), _reachable(_endpoint(data, "data_endpoint"), connect),
+            _reachable(_endpoint(data, "weights_endpoint"), connect), float(data["epsilon"]),
             int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
-            bytes.fromhex(str(data["data_token"])), tuple(_epsilons(data.get("epsilons", []))),
+            _token(data["data_token"]), tuple(_epsilons(data.get("epsilons", []))),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RegistrationError(f"unusable WELCOME: {exc}") from None
+
+
+def _endpoint(data: dict[str, Any], key: str) -> str:
+    """A WELCOME endpoint, checked before any socket sees it (ZeroMQ rejects a malformed one only at connect)."""
+    value = data[key]
+    if not (isinstance(value, str) and len(value) <= MAX_ENDPOINT_CHARS and value.startswith(ENDPOINT_SCHEMES)):
+        raise ValueError(f"{key}: expected a tcp://, ipc:// or inproc:// endpoint of at most {MAX_ENDPOINT_CHARS} "
+                         f"characters, got {str(value)[:80]!r}")
+    return value
+
+
+def _token(value: Any) -> bytes:
+    """The data socket's routing id: ZeroMQ takes 1-255 bytes that do not start with a zero byte."""
+    try:
+        token = bytes.fromhex(str(value)[:1024])
+    except ValueError:
+        raise ValueError(f"data_token: expected hex, got {str(value)[:40]!r}") from None
+    if not 1 <= len(token) <= 255 or token[0] == 0:
+        raise ValueError(f"data_token: expected hex of 1-255 bytes not starting with 00, got {len(token)} bytes")
+    return token
 
 
 def _epsilons(values: Any) -> list[float]:
@@ -154,24 +178,34 @@ class HeadLink:
         self.head_timeout_s = cfg.transport.head_timeout_s
         self.heartbeat_s = cfg.collectors.heartbeat_s
         self.should_stop = should_stop
-        self.data = _socket(ctx, zmq.DEALER, curve)
-        if welcome.data_token:  # the head reads only this peer's messages (a bench sink may have no token)
-            self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)
-        self.data.setsockopt(zmq.MAXMSGSIZE, 4096)  # only CREDITs come back (64-byte headers)
-        self.data.sndhwm = cfg.collectors.send_hwm
-        if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
-            self.data.sndbuf = cfg.transport.socket_buffer_bytes
-        self.data.connect(welcome.data_endpoint)
+        self.template = template  # the network WEIGHTS must describe (names, shapes, dtypes)
+        opened: list[zmq.Socket] = []
+        try:  # a failure here must not leave a socket open: the context's term() would wait on it forever
+            self.data = _socket(ctx, zmq.DEALER, curve)
+            opened.append(self.data)
+            if welcome.data_token:  # the head reads only this peer's messages (a bench sink may have no token)
+                self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)
+            self.data.setsockopt(zmq.MAXMSGSIZE, 4096)  # only CREDITs come back (64-byte headers)
+            self.data.sndhwm = cfg.collectors.send_hwm
+            if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
+                self.data.sndbuf = cfg.transport.socket_buffer_bytes
+            self.data.connect(welcome.data_endpoint)
+            self.sub = _socket(ctx, zmq.SUB, curve)
+            opened.append(self.sub)
+            self.sub.setsockopt(zmq.MAXMSGSIZE, weights_frame_limit(template))  # no frame beyond our largest tensor
+            self.sub.rcvhwm = 64
+            self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+            self.sub.connect(welcome.weights_endpoint)
+        except BaseException as exc:
+            for sock in opened:
+                sock.close(linger=0)
+            if isinstance(exc, zmq.ZMQError):  # e.g. an endpoint that passed the checks but names no usable path
+                raise RegistrationError(f"unusable WELCOME: cannot use its endpoints or token: {exc}") from None
+            raise
         self.max_chunks_in_flight = cfg.transport.max_chunks_in_flight  # 0 = no credit limit
         self.unacked_chunks: deque[int] = deque()  # sequence numbers of chunks the head has not credited
         self.credit_wait_s = 0.0  # time spent waiting for credit (monitoring)
         self.waiting = False  # blocked on credit or a full socket: heartbeats say so (count = 1)
-        self.sub = _socket(ctx, zmq.SUB, curve)
-        self.template = template  # the network WEIGHTS must describe (names, shapes, dtypes)
-        self.sub.setsockopt(zmq.MAXMSGSIZE, weights_frame_limit(template))  # no frame beyond our largest tensor
-        self.sub.rcvhwm = 64
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(welcome.weights_endpoint)
         self.seq = 0
         self.last_head = time.monotonic()
         self.next_heartbeat = time.monotonic()

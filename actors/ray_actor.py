@@ -103,7 +103,7 @@ class CollectorActor:
             log.exception("collector slot %d failed", self._slot)
             reason = "error"
         finally:
-            ctx.term()
+            ctx.destroy(linger=0)  # not term(): a socket a failed path left open would block it forever
         self.ended = reason
         if self._stop.is_set() or reason == "stop":
             return  # asked to stop: the head removes the actor

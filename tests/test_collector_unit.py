@@ -203,3 +203,40 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
     finally:
         link.close()
         ctx.term()
+
+
+def _welcome_json(**changes: Any) -> dict[str, Any]:
+    data = {"collector_id": 1, "data_endpoint": "ipc:///tmp/x/c1.ipc", "data_token": "63" + "ab" * 16,
+            "weights_endpoint": "ipc:///tmp/x/weights.ipc", "epsilon": 0.1, "epsilons": [0.1],
+            "num_collectors": 1, "slot": 0, "config": Config().to_dict()}
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("data_endpoint", "garbage"), ("data_endpoint", 7), ("weights_endpoint", "tcp://" + "h" * 2000),
+    ("weights_endpoint", ["tcp://127.0.0.1:1"]), ("data_token", ""), ("data_token", "00ab"),
+    ("data_token", "ab" * 256), ("data_token", "not hex"),
+])
+def test_a_welcome_with_unusable_endpoints_or_token_is_refused_by_name(key: str, value: Any) -> None:
+    """The head is a peer too: what would make a socket call fail is refused before any socket sees it."""
+    from actors.client import RegistrationError, _parse_welcome
+
+    assert _parse_welcome(_welcome_json(), "tcp://127.0.0.1:5555").data_token[0] == 0x63  # the unchanged one is fine
+    with pytest.raises(RegistrationError, match=f"unusable WELCOME: {key}"):
+        _parse_welcome(_welcome_json(**{key: value}), "tcp://127.0.0.1:5555")
+
+
+@pytest.mark.timeout(60)  # a socket left open by the failed link made term() wait forever
+def test_a_link_that_cannot_connect_raises_and_leaves_no_socket_open() -> None:
+    import zmq
+
+    from actors.client import HeadLink, RegistrationError, Welcome
+
+    template = {k: v.to("meta") for k, v in small_collector(FakeLink()).net.state_dict().items()}
+    ctx = zmq.Context()
+    for data, weights in (("tcp://", "inproc://w"), ("inproc://d", "tcp://")):  # schemes fine, addresses not
+        with pytest.raises(RegistrationError, match="cannot use its endpoints") as failed:
+            HeadLink(ctx, Welcome(1, data, weights, 0.1, 1, 0, Config(), b"tok"), template)
+        assert failed.traceback is not None  # the half-built link is still referenced, as in an except block
+    ctx.term()

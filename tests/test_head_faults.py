@@ -20,6 +20,7 @@ import zmq
 import launcher.head as head_module
 from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
+from shared.protocol import WELCOME, encode_json
 from tests.cluster_helpers import ROOT, head_env
 
 pytestmark = pytest.mark.slow
@@ -118,6 +119,33 @@ def test_a_collector_still_registering_exits_on_sigterm() -> None:
                 proc.wait()
             silent.close(0)
     assert proc.returncode in (0, 2), proc.stderr.read().decode()[-2000:]
+
+
+@pytest.mark.parametrize("endpoint", ["garbage", "tcp://"], ids=["refused_by_the_checks", "refused_by_zeromq"])
+def test_a_collector_given_an_unusable_welcome_exits_2_naming_it(endpoint: str) -> None:
+    """A head (or an impostor) answers HELLO with a data endpoint no socket can use: the collector
+    exits 2 with the reason, instead of hanging on the socket its failed link left open."""
+    with zmq.Context() as ctx:
+        fake = ctx.socket(zmq.ROUTER)
+        port = fake.bind_to_random_port("tcp://127.0.0.1")
+        proc = subprocess.Popen([sys.executable, "-m", "actors", "--connect", f"tcp://127.0.0.1:{port}", "--slot", "0",
+                                 "--parent-pid", str(os.getpid()), "--register-timeout", "60"],
+                                cwd=ROOT, env=head_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            assert fake.poll(30_000), "the collector never sent HELLO"
+            identity = fake.recv_multipart()[0]
+            welcome = {"collector_id": 1, "data_endpoint": endpoint, "data_token": "63" + "ab" * 16,
+                       "weights_endpoint": "tcp://127.0.0.1:1", "epsilon": 0.1, "epsilons": [0.1],
+                       "num_collectors": 1, "slot": 0, "config": cartpole().to_dict()}
+            fake.send_multipart([identity, *encode_json(WELCOME, welcome, collector=1)])
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            fake.close(0)
+    assert proc.returncode == 2, err.decode()[-2000:]
+    assert "unusable WELCOME" in err.decode()
 
 
 def test_a_killed_collector_leaves_the_live_set(tmp_path) -> None:
