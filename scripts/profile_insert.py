@@ -8,7 +8,8 @@ with every phase function of replay/batch_plan.py and replay/writer.py wrapped i
 Nested phases are included in their callers (`_assemble` holds `_common_rows`, which holds
 `window_returns`; `_write_run` holds `write_frames`, the frame copies). The wrappers add ~0.3 us
 per call. Compare `write_frames` with the copy floor (replay.bench's insert_copy_floor_tps):
-insert / floor = copies / total when the copies run at the floor's speed.
+insert / floor = copies / total when the copies run at the floor's speed. Figures are medians
+over batches, the phases' each on its own (they need not add up).
 """
 
 from __future__ import annotations
@@ -62,18 +63,22 @@ def main() -> None:
     size = args.batch_chunks
     for _ in range(20):
         buf.add_chunks([chunks[1 + j % 15] for j in range(size)])
-    spent.clear()
-    total = 0.0
+    # medians over batches: a rare full pass of Python's cyclic collector inside one batch (~100 ms
+    # over torch's objects) would otherwise dominate the means
+    per_batch: list[dict[str, float]] = []
+    totals = []
     for b in range(args.batches):
         block = [chunks[1 + (b * size + j) % 15] for j in range(size)]
+        spent.clear()
         t = time.perf_counter()
         buf.add_chunks(block)
-        total += time.perf_counter() - t
-    per = 1e6 / args.batches
-    print(f"{size} chunks per batch: {total * per:.0f} us per batch, {total * per / size:.1f} us per chunk")
-    for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:<16} {seconds * per:7.1f} us")
-
+        totals.append(time.perf_counter() - t)
+        per_batch.append(dict(spent))
+    whole = float(np.median(totals)) * 1e6
+    print(f"{size} chunks per batch: {whole:.0f} us per batch (median of {args.batches}), {whole / size:.1f} us per chunk")
+    medians = {name: float(np.median([p.get(name, 0.0) for p in per_batch])) * 1e6 for name in per_batch[0]}
+    for name, us in sorted(medians.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<16} {us:7.1f} us")
 
 if __name__ == "__main__":
     main()
