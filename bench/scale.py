@@ -233,9 +233,23 @@ def _split(n: int, parts: int) -> list[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
+def whole_periods(window_s: float, rate: float | None, quantum: float) -> float:
+    """The window stretched or shrunk to a whole number (>= 1) of one collector's send periods.
+
+    A collector delivers `quantum` transitions at a time, every quantum / rate seconds. A window of
+    whole periods holds exactly as many deliveries from each collector as the rate promises; any
+    other length reads 1 collector's 120/s as 112/s in 8 s (7 of 7.5 chunks of 128), a shortfall
+    of the count, not of the head."""
+    if not rate:
+        return window_s
+    period = quantum / rate
+    return max(1, round(window_s / period)) * period
+
+
 def _row(head: WorkerGroup, senders: WorkerGroup, endpoint: str | None, n: int, rate: float | None,
-         window_s: float, pace: float | None) -> dict[str, Any]:
+         window_s: float, pace: float | None, quantum: float = 1.0) -> dict[str, Any]:
     """One collector count: register, send for WARM_S + window, measure the window in the head."""
+    window_s = whole_periods(window_s, rate, quantum)
     shares = [k for k in _split(n, min(n, len(senders.procs)))]
     active = list(range(len(shares)))
     start_at = time.time() + 0.5 + 0.02 * n  # registration of every collector fits before the start
@@ -275,6 +289,7 @@ def run_design(design: str, cfg: Any, counts: tuple[int, ...], window_s: float,
         head_args, sender_args = [(data_q,)], [(i, data_q) for i in range(SENDER_PROCESSES)]
         head_target, sender_target = naive_head, naive_senders
     out: dict[str, Any] = {"design": design, "rows": []}
+    quantum = _chunk_transitions() if design == "ours" else 1.0  # what one send delivers (naive: one transition)
     with WorkerGroup(head_target, head_args, data_queue=None) as head, \
             WorkerGroup(sender_target, sender_args, data_queue=data_q) as senders:
         endpoint = None
@@ -282,10 +297,11 @@ def run_design(design: str, cfg: Any, counts: tuple[int, ...], window_s: float,
             head.send([0], ("endpoint",))
             endpoint = head.results(1)[0]["endpoint"]
         for n in counts:
-            out["rows"].append({"design": design, **_row(head, senders, endpoint, n, rate, window_s, None)})
+            out["rows"].append({"design": design, **_row(head, senders, endpoint, n, rate, window_s, None, quantum)})
         out["capacity"] = [
             {"design": design, "rate_multiple": m,
-             **_row(head, senders, endpoint, CAPACITY_COLLECTORS, rate * m if m else None, window_s, SAMPLE_GOAL_PER_S)}
+             **_row(head, senders, endpoint, CAPACITY_COLLECTORS, rate * m if m else None, window_s, SAMPLE_GOAL_PER_S,
+                    quantum)}
             for m in steps]
         out["startup_s"] = head.startup_s + senders.startup_s
     return out

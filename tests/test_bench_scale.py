@@ -59,6 +59,16 @@ def test_capacity_is_the_highest_step_that_kept_sampling():
     assert scale._split(5, 2) == [3, 2] and scale._split(1, 1) == [1]
 
 
+def test_windows_hold_whole_send_periods():
+    """1 collector sending 128 transitions at 120/s: 8 s would hold 7 or 8 of its chunks (112 or 128/s)."""
+    period = 128 / 120
+    assert scale.whole_periods(8.0, 120.0, 128.0) == pytest.approx(8 * period)  # 7.5 periods rounds to 8
+    assert scale.whole_periods(8.0, 120.0, 128.0) * 120.0 / 128.0 == pytest.approx(8.0)
+    assert scale.whole_periods(0.3, 120.0, 128.0) == pytest.approx(period)  # at least one period
+    assert scale.whole_periods(2.5, 120.0 * 24, 128.0) == pytest.approx(56 * 128 / 2880)
+    assert scale.whole_periods(2.5, None, 128.0) == 2.5  # unthrottled senders: no period
+
+
 def test_plot_is_written(tmp_path):
     rows = [{"design": d, "collectors": n, "offered_tps": 120.0 * n, "ingested_tps": 120.0 * n * f}
             for d, f in (("ours", 1.0), ("naive", 0.5)) for n in (1, 4, 16)]
