@@ -27,9 +27,8 @@ fresh tensors (the caching allocator makes that free). On CPU a fresh 29 MB tens
 measurements"), so the reader rotates a pool of `out_pool` (default 4, >= 3) preallocated
 buffers per batch size: a returned batch's obs/next_obs stay valid until `out_pool - 1`
 further samples of the same size have been made -- enough for the learner's one-batch
-prefetch (batch being trained + batch prefetched + the one being gathered). The pool's
-buffers sit in huge pages like the ring (`FrameStorage.host_frames`). `out_pool=0` returns
-fresh tensors on CPU too.
+prefetch (batch being trained + batch prefetched + the one being gathered). `out_pool=0`
+returns fresh tensors on CPU too.
 """
 
 from __future__ import annotations
@@ -148,7 +147,7 @@ class SegmentReader:
             return None
         pool = self._pools.get(rows)
         if pool is None:
-            pool = [st.host_frames(rows) for _ in range(self.out_pool)]
+            pool = [torch.empty((rows, *st.obs_shape), dtype=st.frames.dtype) for _ in range(self.out_pool)]
             self._pools[rows] = pool
             self._pool_next[rows] = 0
         k = self._pool_next[rows]

@@ -149,11 +149,6 @@ class FrameStorage:
             self.frames[ring_start:stop].copy_(src)
         self._write_stream.synchronize()  # complete before the record is published
 
-    def host_frames(self, rows: int) -> torch.Tensor:
-        """A zeroed CPU buffer of `rows` frames in huge pages like the ring (when >= 4 MB): a gather
-        that writes into 2 MB pages runs ~5% faster than into 4 KB ones (BENCHMARKS.md, session 9)."""
-        return _huge_page_zeros((int(rows), *self.obs_shape), self.obs_dtype)
-
     def gather(self, slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Frames at `slots` (int64 tensor on the storage device) -> [len(slots), *obs_shape]."""
         if out is None:
