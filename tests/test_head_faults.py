@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -99,25 +101,32 @@ def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path, taken: int
     head.close(checkpoint=False)
 
 
-def test_a_collector_still_registering_exits_on_sigterm() -> None:
-    """Nobody answers its HELLO; SIGTERM must end it at once, not after --register-timeout."""
+@contextmanager
+def _collector_facing_a_fake_head(register_timeout_s: int) -> Iterator[tuple[zmq.Socket, subprocess.Popen]]:
+    """A ROUTER standing in for the head, and a real collector process that has sent it HELLO."""
     with zmq.Context() as ctx:
-        silent = ctx.socket(zmq.ROUTER)  # accepts the connection, never answers
-        port = silent.bind_to_random_port("tcp://127.0.0.1")
+        fake = ctx.socket(zmq.ROUTER)
+        port = fake.bind_to_random_port("tcp://127.0.0.1")
         proc = subprocess.Popen([sys.executable, "-m", "actors", "--connect", f"tcp://127.0.0.1:{port}", "--slot", "0",
-                                 "--parent-pid", str(os.getpid()), "--register-timeout", "120"],
+                                 "--parent-pid", str(os.getpid()), "--register-timeout", str(register_timeout_s)],
                                 cwd=ROOT, env=head_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            assert silent.poll(30_000), "the collector never sent HELLO"
-            proc.send_signal(signal.SIGTERM)
-            t0 = time.monotonic()
-            proc.wait(timeout=10)
-            assert time.monotonic() - t0 < 3.0
+            assert fake.poll(30_000), "the collector never sent HELLO"
+            yield fake, proc
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            silent.close(0)
+            fake.close(0)
+
+
+def test_a_collector_still_registering_exits_on_sigterm() -> None:
+    """Nobody answers its HELLO; SIGTERM must end it at once, not after --register-timeout."""
+    with _collector_facing_a_fake_head(120) as (_, proc):
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 3.0
     assert proc.returncode in (0, 2), proc.stderr.read().decode()[-2000:]
 
 
@@ -125,25 +134,13 @@ def test_a_collector_still_registering_exits_on_sigterm() -> None:
 def test_a_collector_given_an_unusable_welcome_exits_2_naming_it(endpoint: str) -> None:
     """A head (or an impostor) answers HELLO with a data endpoint no socket can use: the collector
     exits 2 with the reason, instead of hanging on the socket its failed link left open."""
-    with zmq.Context() as ctx:
-        fake = ctx.socket(zmq.ROUTER)
-        port = fake.bind_to_random_port("tcp://127.0.0.1")
-        proc = subprocess.Popen([sys.executable, "-m", "actors", "--connect", f"tcp://127.0.0.1:{port}", "--slot", "0",
-                                 "--parent-pid", str(os.getpid()), "--register-timeout", "60"],
-                                cwd=ROOT, env=head_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            assert fake.poll(30_000), "the collector never sent HELLO"
-            identity = fake.recv_multipart()[0]
-            welcome = {"collector_id": 1, "data_endpoint": endpoint, "data_token": "63" + "ab" * 16,
-                       "weights_endpoint": "tcp://127.0.0.1:1", "epsilon": 0.1, "epsilons": [0.1],
-                       "num_collectors": 1, "slot": 0, "config": cartpole().to_dict()}
-            fake.send_multipart([identity, *encode_json(WELCOME, welcome, collector=1)])
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            fake.close(0)
+    with _collector_facing_a_fake_head(60) as (fake, proc):
+        identity = fake.recv_multipart()[0]
+        welcome = {"collector_id": 1, "data_endpoint": endpoint, "data_token": "63" + "ab" * 16,
+                   "weights_endpoint": "tcp://127.0.0.1:1", "epsilon": 0.1, "epsilons": [0.1],
+                   "num_collectors": 1, "slot": 0, "config": cartpole().to_dict()}
+        fake.send_multipart([identity, *encode_json(WELCOME, welcome, collector=1)])
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err.decode()[-2000:]
     assert "unusable WELCOME" in err.decode()
 
