@@ -36,6 +36,7 @@ ingest would be bound by.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import time
@@ -247,7 +248,7 @@ def whole_periods(window_s: float, rate: float | None, quantum: float) -> float:
 
 
 def _row(head: WorkerGroup, senders: WorkerGroup, endpoint: str | None, n: int, rate: float | None,
-         window_s: float, pace: float | None, quantum: float = 1.0) -> dict[str, Any]:
+         window_s: float, pace: float | None, quantum: float) -> dict[str, Any]:
     """One collector count: register, send for WARM_S + window, measure the window in the head."""
     window_s = whole_periods(window_s, rate, quantum)
     shares = [k for k in _split(n, min(n, len(senders.procs)))]
@@ -328,6 +329,7 @@ def ingest_cpu_us(ladder: list[dict[str, Any]]) -> float | None:
     return 1e6 * top["ingest_thread_cpu_frac"] / top["ingested_tps"]
 
 
+@functools.cache  # run_scale asks once per design and once for the report: one read of the file
 def _chunk_transitions() -> float:
     """Mean complete transitions per recorded chunk (the profiles' chunk_steps, less episode ends)."""
     from bench.recorded import load_chunks

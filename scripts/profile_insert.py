@@ -80,5 +80,6 @@ def main() -> None:
     for name, us in sorted(medians.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {us:7.1f} us")
 
+
 if __name__ == "__main__":
     main()
