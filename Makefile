@@ -33,7 +33,7 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade "pip>=23" 2>&1 | grep -v '^WARNING: Location' || true
 	$(VPY) -m pip install --quiet -e ".[$(subst -,$(comma),$*)]" 2>&1 | grep -v '^WARNING: Location' || true
-	@$(VPY) -c "import shared, replay, actors, learner, nes_py, gym_super_mario_bros, zmq, cv2 \
+	@$(VPY) -c "import shared, replay, ingest, actors, learner, nes_py, gym_super_mario_bros, zmq, cv2 \
 		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)" \
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
 	@touch $@

@@ -15,7 +15,7 @@ from typing import Any
 # Component benches owned by other modules: (candidate (module, function) pairs, keys they report).
 COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "replay": (
-        (("replay.bench", "run_replay_bench"),),
+        (("bench.replay_bench", "run_replay_bench"),),
         ("replay_insert_tps", "replay_sample32_ms", "replay_sample512_ms", "naive_replay_sample512_ms",
          "copy_floor_sample512_ms", "bytes_per_transition", "naive_bytes_per_transition", "torchrl_sample512_ms",
          "insert_copy_floor_tps", "replay_insert_single_chunk_tps", "insert_batch_chunks",

@@ -72,10 +72,10 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         import zmq
 
         from bench.recorded import load_chunks
-        from launcher.registration import MAX_SOCKETS, Registrar
+        from ingest.consolidation import ConsolidationThread
+        from ingest.registration import MAX_SOCKETS, Registrar
         from learner.broadcast import WeightPublisher
         from replay.buffer import ReplayBuffer
-        from replay.consolidation import ConsolidationThread
         from shared.config import Config
         from shared.env_factory import env_spec_of
         from shared.protocol import ObsSpec

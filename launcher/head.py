@@ -25,16 +25,16 @@ from typing import Any
 import torch
 import zmq
 
+from ingest.consolidation import ConsolidationThread
+from ingest.registration import MAX_SOCKETS, Registrar
 from launcher.evaluator import PeriodicEvaluator
 from launcher.metrics import MetricsLogger
 from launcher.progress import ProgressTracker
-from launcher.registration import MAX_SOCKETS, Registrar
 from launcher.supervisor import Collectors, CollectorSupervisor, ThreadCollectors
 from learner.broadcast import WeightPublisher
 from learner.checkpoint import find_checkpoint
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
-from replay.consolidation import ConsolidationThread
 from replay.rate_limiter import RateLimiter
 from shared.config import Config
 from shared.env_factory import describe_env, env_spec_of

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from replay.consolidation_types import ConsolidationStats
+from ingest.consolidation_types import ConsolidationStats
 
 
 class ProgressTracker:

@@ -12,9 +12,10 @@ import tempfile
 
 import zmq
 
-from launcher.registration import Registrar
+from ingest.consolidation import ConsolidationThread
+from ingest.consolidation_types import ReplaySink
+from ingest.registration import Registrar
 from learner.broadcast import WeightPublisher
-from replay.consolidation import ConsolidationThread, ReplaySink
 from shared.config import Config
 from shared.keys import load_server
 from shared.protocol import ObsSpec

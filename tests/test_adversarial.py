@@ -209,8 +209,8 @@ def tmp_entries() -> set[str]:
 
 
 def expected_cap(soft_nofile: int) -> int:
-    """The registration cap the head computes (replay.consolidation: sockets and open files)."""
-    from launcher.registration import FDS_PER_COLLECTOR, FDS_RESERVED, MAX_OPEN_COLLECTORS
+    """The registration cap the head computes (ingest.registration: sockets and open files)."""
+    from ingest.registration import FDS_PER_COLLECTOR, FDS_RESERVED, MAX_OPEN_COLLECTORS
 
     return max(1, min(MAX_OPEN_COLLECTORS, (soft_nofile - FDS_RESERVED) // FDS_PER_COLLECTOR))
 

@@ -32,7 +32,7 @@ from shared.config_checks import (
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
-TEMP_PREFIXES = ("mapx-", "mario-apex-")  # launcher/head.py _short_tmpdir, replay/consolidation.py
+TEMP_PREFIXES = ("mapx-", "mario-apex-")  # launcher/head.py _short_tmpdir, ingest/registration.py
 
 
 @pytest.fixture

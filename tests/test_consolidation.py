@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
-from launcher.registration import Registrar
-from replay.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
-from replay.peers import PENDING_SUMMARIES_PER_STREAM
+from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
+from ingest.peers import PENDING_SUMMARIES_PER_STREAM
+from ingest.registration import Registrar
 from shared import protocol as P
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig

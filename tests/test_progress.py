@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ingest.consolidation_types import ConsolidationStats
 from launcher.progress import ProgressTracker
-from replay.consolidation import ConsolidationStats
 from shared.protocol import EpisodeSummary
 
 

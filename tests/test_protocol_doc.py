@@ -30,7 +30,7 @@ from shared.weights import DTYPES, cpu_state, encode_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "PROTOCOL.md").read_text()
-HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "replay" / "consolidation.py", ROOT / "launcher" / "registration.py"]
+HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "ingest" / "consolidation.py", ROOT / "ingest" / "registration.py"]
 
 
 # ---------------------------------------------------------------------------- doc parsing

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from replay.peers import CollectorState
+from ingest.peers import CollectorState
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.protocol import EpisodeSummary
@@ -29,7 +29,7 @@ ALWAYS_OPEN: InsertGate = _AlwaysOpen()  # no insert-side limit (Ape-X: collecto
 
 
 class Registrations(Protocol):
-    """Registration (launcher/registration.py): the control socket this thread polls, and the data
+    """Registration (ingest/registration.py): the control socket this thread polls, and the data
     sockets it binds for new collectors. Called from this thread only."""
 
     control: zmq.Socket

@@ -16,9 +16,9 @@ import time
 import numpy as np
 import torch
 
+from bench.naive_replay import NaiveReplay
+from ingest.consolidation import INSERT_BATCH
 from replay.buffer import ReplayBuffer
-from replay.consolidation import INSERT_BATCH
-from replay.naive import NaiveReplay
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 
 OBS = (84, 84)
@@ -26,7 +26,7 @@ STACK, N_STEP, CHUNK = 4, 3, 128
 INSERT_ROUNDS = 6
 
 
-def _chunks(count: int, rng: np.random.Generator) -> list[TransitionChunk]:
+def bench_chunks(count: int, rng: np.random.Generator) -> list[TransitionChunk]:
     """One long episode cut like a collector would: 3 context frames, 128 new, 3 lookahead."""
     frames_per = (STACK - 1) + CHUNK + N_STEP
     out = []
@@ -79,7 +79,7 @@ def run_replay_bench(quick: bool) -> dict:
     reps = 50 if quick else 150
 
     buf = ReplayBuffer(capacity, OBS, np.uint8, STACK, N_STEP, 0.99, prioritized=True, seed=0)
-    chunks = _chunks(16, rng)
+    chunks = bench_chunks(16, rng)
     for c in chunks[:2]:  # warm-up (and the FIRST chunk)
         buf.add_chunk(c)
     # Batched inserts (what the consolidation thread writes: up to INSERT_BATCH parked chunks per

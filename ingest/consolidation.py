@@ -2,7 +2,7 @@
 
 It is the replay's only writer and owns every socket it polls: the control socket and each
 collector's data socket, both made by the launcher's registration (passed in as
-`registrations`; launcher/registration.py decides who may register and binds the sockets).
+`registrations`; ingest/registration.py decides who may register and binds the sockets).
 Every message is decoded and validated before anything touches the buffer; a bad one is counted
 under its reason (logged once per reason) and dropped; nothing raises out of the thread:
 
@@ -31,13 +31,13 @@ from typing import Any
 
 import zmq
 
-from replay.consolidation_types import (  # noqa: F401  (re-exported: the head's and tests' import path)
+from ingest.consolidation_types import (
     ALWAYS_OPEN,
     ConsolidationStats,
     Registrations,
     ReplaySink,
 )
-from replay.peers import CollectorState, episode_bounds_ok, fair_next
+from ingest.peers import CollectorState, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.config import Config

@@ -1,6 +1,6 @@
 """Registration: the head's control socket, HELLO -> WELCOME, and each collector's data socket.
 
-The launcher owns it and hands it to the consolidation thread (replay/consolidation.py), which
+The launcher owns it and hands it to the consolidation thread (ingest/consolidation.py), which
 polls its control socket and calls `drain` from its own thread (ZeroMQ sockets belong to one
 thread); everything here runs there. What registration decides:
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 
-from replay.peers import CollectorState
+from ingest.peers import CollectorState
 from shared.config import Config
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
