@@ -11,7 +11,9 @@ Layout of ``run_dir/checkpoint/`` (only the latest is kept):
     optimizer.pt    Adam state_dict
     scaler.pt       GradScaler state_dict (empty dict when no scaler)
     rng.pt          {"torch": ByteTensor, "cuda": [ByteTensor, ...]}
-    replay/         optional: ReplayBuffer.save() output (learner.save_replay)
+    replay/         optional: ReplayBuffer.save() output (learner.save_replay): contents, priorities,
+                    cursors and the sampler's generator state (state.json), so a resumed run draws
+                    the batches the uninterrupted run would have drawn
 
 Atomicity: everything is written into ``run_dir/.checkpoint.tmp-<pid>`` and fsynced; then
 the old ``checkpoint/`` is renamed to ``checkpoint.old``, the temp dir to ``checkpoint/``,

@@ -34,6 +34,7 @@ returns fresh tensors on CPU too.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -48,6 +49,32 @@ MAX_REDRAW_ROUNDS = 10_000  # consecutive stale redraws before sample() gives up
 # Largest |TD| that becomes a priority: (1e30 + eps) ** alpha summed over 2**31 leaves stays far inside
 # float64, so the tree's total (and every sampling probability) stays finite whatever the learner reports.
 MAX_PRIORITY_TD = 1e30
+
+
+def generator_from_state(state: object, where: str) -> np.random.Generator:
+    """A numpy Generator continuing `state` (a `bit_generator.state` read back from JSON).
+
+    ValueError (one line naming `where`) unless `state` is exactly what a PCG64 generator reports:
+    numpy's setter accepts and silently wraps negative, fractional or oversized values, so the state
+    must also read back unchanged.
+    """
+    bit_gen = np.random.PCG64()
+    try:
+        if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
+            raise ValueError("not a PCG64 state")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy warns (not raises) when it wraps an out-of-range integer
+            bit_gen.state = state
+        if bit_gen.state != state:
+            raise ValueError("does not read back unchanged")
+    except (TypeError, ValueError, KeyError, OverflowError, Warning) as exc:
+        text, why = repr(state), " ".join(str(exc).split())
+        text = text if len(text) <= 80 else text[:77] + "..."
+        why = why if len(why) <= 80 else why[:77] + "..."
+        raise ValueError(f"{where}: sampler_rng={text} is invalid ({why}): allowed numpy.random.PCG64().state, "
+                         f"as {{\"bit_generator\": \"PCG64\", \"state\": {{\"state\": int, \"inc\": int}}, "
+                         f"\"has_uint32\": 0|1, \"uinteger\": int}}") from None
+    return np.random.Generator(bit_gen)
 
 
 class SegmentReader:

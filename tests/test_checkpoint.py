@@ -394,3 +394,110 @@ def test_the_uncorrupted_copy_loads(saved_checkpoint, tmp_path) -> None:
         assert learner.load_checkpoint(tmp_path, replay=replay)["env_steps"] == 99 and learner.updates == 2
     finally:
         learner.close()
+
+
+# ---------------------------------------------------------------------- the real replay's contents
+VEC_OBS, VEC_STACK, VEC_ACTIONS = (4,), 2, 2  # a vector env (CartPole): float frames
+
+
+def _vector_learner(seed: int | None = 0):
+    from learner.trainer import Learner
+    from replay.buffer import ReplayBuffer
+
+    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed)
+    cfg = small_config(batch_size=8)
+    return Learner(cfg, VEC_OBS, np.float32, VEC_STACK, VEC_ACTIONS, buf, "cpu"), buf
+
+
+def _vector_chunks(count: int):
+    from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
+
+    data = np.random.default_rng(3)
+    for stream in range(count):
+        flags = np.zeros(12, dtype=np.uint8)
+        flags[0], flags[-2] = FLAG_FIRST, FLAG_TERMINATED
+        yield TransitionChunk(stream, 0, data.normal(size=(12, *VEC_OBS)).astype(np.float32),
+                              np.append(data.integers(0, VEC_ACTIONS, 11), NO_ACTION).astype(np.int32),
+                              data.normal(size=12).astype(np.float32), flags, np.ones(12, dtype=np.float32))
+
+
+@pytest.fixture(scope="module")
+def replay_checkpoint(tmp_path_factory):
+    """A checkpoint of a vector learner with its real ReplayBuffer (float frames) after 3 updates."""
+    root = tmp_path_factory.mktemp("vector")
+    learner, buf = _vector_learner()
+    try:
+        for chunk in _vector_chunks(6):
+            buf.add_chunk(chunk)
+        learner.run_updates(3)
+        learner.save_checkpoint(root, replay=buf)
+    finally:
+        learner.close()
+    return root / "checkpoint"
+
+
+def _edit_npy(ckpt, name: str, edit) -> None:
+    arr = np.load(ckpt / name)
+    edit(arr)
+    np.save(ckpt / name, arr, allow_pickle=False)
+    _rehash(ckpt, name)
+
+
+def _edit_replay_state(ckpt, edit) -> None:
+    state = json.loads((ckpt / "replay" / "state.json").read_text())
+    edit(state)
+    (ckpt / "replay" / "state.json").write_text(json.dumps(state))
+    _rehash(ckpt, "replay/state.json")
+
+
+def _set_live(arr, value) -> None:
+    arr[1] = value  # slot 1: inside the first stored episode
+
+
+REPLAY_CONTENTS = {
+    "sampler_rng of another generator": (
+        lambda c: _edit_replay_state(c, lambda s: s.update(sampler_rng={"bit_generator": "MT19937", "state": {"key": [1] * 624, "pos": 0}})),
+        r"replay/state\.json: sampler_rng=.* is invalid \(not a PCG64 state\): allowed numpy\.random\.PCG64"),
+    "sampler_rng negative": (
+        lambda c: _edit_replay_state(c, lambda s: s["sampler_rng"]["state"].update(state=-1)),
+        r"replay/state\.json: sampler_rng=.* is invalid"),
+    "sampler_rng fractional": (
+        lambda c: _edit_replay_state(c, lambda s: s["sampler_rng"]["state"].update(inc=1.5)),
+        r"replay/state\.json: sampler_rng=.* is invalid \(does not read back unchanged\)"),
+    "sampler_rng a string": (lambda c: _edit_replay_state(c, lambda s: s.update(sampler_rng="PCG64")),
+                             r"replay/state\.json: sampler_rng='PCG64' is invalid"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPLAY_CONTENTS))
+def test_replay_contents_are_checked_before_resuming(case, replay_checkpoint, tmp_path) -> None:
+    """Files whose sha256 was updated with them pass the hash check; their values still must be what a
+    run can produce (a PCG64 generator state), or resuming fails with one CheckpointError naming the
+    file, and the replay stays as it was."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(replay_checkpoint, ckpt)
+    corrupt, match = REPLAY_CONTENTS[case]
+    corrupt(ckpt)
+    learner, buf = _vector_learner(seed=1)
+    try:
+        with pytest.raises(CheckpointError, match=match) as exc:
+            learner.load_checkpoint(tmp_path, replay=buf)
+        assert str(ckpt / "replay") in str(exc.value) and "\n" not in str(exc.value)
+        assert len(buf) == 0 and buf.transitions_added == 0  # nothing of the replay was restored
+    finally:
+        learner.close()
+
+
+def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(replay_checkpoint, tmp_path) -> None:
+    """The control for the replay cases; and the sampler continues the saved generator, whatever seed the
+    new replay was built with."""
+    shutil.copytree(replay_checkpoint, tmp_path / "checkpoint")
+    saved = json.loads((tmp_path / "checkpoint" / "replay" / "state.json").read_text())["sampler_rng"]
+    learner, buf = _vector_learner(seed=12345)
+    try:
+        assert buf._reader.rng.bit_generator.state != saved
+        learner.load_checkpoint(tmp_path, replay=buf)
+        assert buf._reader.rng.bit_generator.state == saved and len(buf) > 0 and learner.updates == 3
+        learner.run_updates(1)
+    finally:
+        learner.close()

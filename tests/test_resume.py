@@ -1,19 +1,23 @@
-"""A run in segments is one run: `--resume` restores the replay (transitions and priorities), the
-weights, the optimizer and the counters exactly as the first segment left them."""
+"""A run in segments is one run: `--resume` restores the replay (transitions, priorities and the
+sampler's random generator), the weights, the optimizer and the counters exactly as the first
+segment left them."""
 
 from __future__ import annotations
 
 import filecmp
 import threading
 from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from launcher.head import Head, StopAt
+from learner.trainer import Learner
+from replay.buffer import ReplayBuffer
+from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
-
-pytestmark = pytest.mark.slow
 
 
 def cartpole() -> Config:
@@ -27,6 +31,7 @@ def cartpole() -> Config:
     )
 
 
+@pytest.mark.slow
 def test_a_resumed_head_holds_the_same_replay_weights_and_counters(tmp_path) -> None:
     run = tmp_path / "run"
     first = Head(cartpole(), run)
@@ -59,3 +64,112 @@ def test_a_resumed_head_holds_the_same_replay_weights_and_counters(tmp_path) -> 
     finally:
         second.close(checkpoint=False)
     assert resumed["env_steps"] >= steps + 1_000 and resumed["updates"] > summary["updates"]
+
+
+# ---------------------------------------------------------------------- segments == one run, exactly
+OBS, STACK, ACTIONS = (4,), 2, 2  # CartPole's geometry: 4 floats, 2 actions
+
+
+def _chunks(first_stream: int, count: int) -> list[TransitionChunk]:
+    """`count` whole episodes as chunks, the same every call (the data, not the replay, is seeded)."""
+    data = np.random.default_rng(1000 + first_stream)
+    out = []
+    for k in range(count):
+        steps = int(data.integers(4, 24))
+        flags = np.zeros(steps + 1, dtype=np.uint8)
+        flags[0] = FLAG_FIRST
+        flags[steps - 1] = FLAG_TERMINATED if k % 3 else FLAG_TRUNCATED
+        out.append(TransitionChunk(
+            first_stream + k, 0, data.normal(size=(steps + 1, *OBS)).astype(np.float32),
+            np.append(data.integers(0, ACTIONS, steps), NO_ACTION).astype(np.int32),
+            data.normal(size=steps + 1).astype(np.float32), flags,
+            (data.random(steps + 1) + 0.1).astype(np.float32)))
+    return out
+
+
+def _config() -> Config:
+    return Config(
+        learner=LearnerConfig(device="cpu", batch_size=16, hidden=32, precision="fp32", warmup_transitions=0,
+                              samples_per_insert=0.0, prefetch=False, target_update_every=3,
+                              weight_broadcast_every=4, torch_threads=1),
+        replay=ReplayConfig(beta_steps=50))
+
+
+def _segment(seed: int | None) -> tuple[Learner, ReplayBuffer]:
+    """A learner and its replay built as the head builds them; `seed` only picks the sampler's stream."""
+    buf = ReplayBuffer(256, OBS, np.float32, STACK, 3, 0.97, seed=seed)
+    return Learner(_config(), OBS, np.float32, STACK, ACTIONS, buf, "cpu"), buf
+
+
+def _train(learner: Learner, buf: ReplayBuffer, chunks: list[TransitionChunk], updates: int) -> None:
+    for chunk in chunks:
+        assert buf.add_chunk(chunk) > 0
+    learner.run_updates(updates)
+
+
+def _same_optimizer(a: dict, b: dict) -> None:
+    assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys() and a["state"]
+    for pid, entry in a["state"].items():
+        assert entry.keys() == b["state"][pid].keys()
+        for key, value in entry.items():  # step, exp_avg, exp_avg_sq
+            assert torch.equal(value, b["state"][pid][key]), (pid, key)
+
+
+def _same_networks(a: Learner, b: Learner) -> None:
+    for net in ("online", "target"):
+        sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
+        assert sa.keys() == sb.keys()
+        for k, v in sa.items():
+            assert torch.equal(v, sb[k]), (net, k)
+
+
+def _same_replay(a: ReplayBuffer, b: ReplayBuffer, scratch: Path) -> None:
+    """Byte-identical saves: frames, per-slot metadata, priorities (tree leaves), cursors, counters and
+    the sampler's generator state."""
+    a.save(scratch / "a")
+    b.save(scratch / "b")
+    names = sorted(p.name for p in (scratch / "a").iterdir())
+    assert names == sorted(p.name for p in (scratch / "b").iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(scratch / "a", scratch / "b", names, shallow=False)
+    assert mismatch == [] and errors == [], (mismatch, errors)
+    np.testing.assert_array_equal(a._reader.tree.nodes, b._reader.tree.nodes)
+    assert a._reader.rng.bit_generator.state == b._reader.rng.bit_generator.state
+    assert (len(a), a.transitions_added, a.frames_stored) == (len(b), b.transitions_added, b.frames_stored)
+
+
+def test_save_and_resume_in_a_fresh_process_state_equals_one_uninterrupted_run(tmp_path) -> None:
+    """N updates, checkpoint, M more in a learner and replay built with another seed (nothing reseeded by
+    the test): weights, target, Adam's moments and step, replay contents, priorities, generator states and
+    counters equal those of one N+M run. More chunks arrive after the checkpoint, so the ring wraps and the
+    restored write cursor matters too."""
+    first, later = _chunks(0, 12), _chunks(100, 12)
+    n, m = 7, 9
+    torch.manual_seed(0)  # the same initial weights for both runs: construction, not resumption
+    whole, whole_buf = _segment(seed=5)
+    torch.manual_seed(0)
+    part, part_buf = _segment(seed=5)
+    try:
+        _train(whole, whole_buf, first, n)
+        _train(whole, whole_buf, later, m)
+        _train(part, part_buf, first, n)
+        part.save_checkpoint(tmp_path / "run", replay=part_buf)
+    finally:
+        part.close()
+    resumed, resumed_buf = _segment(seed=None)  # another initialisation and sampler stream
+    try:
+        assert resumed_buf._reader.rng.bit_generator.state != whole_buf._reader.rng.bit_generator.state
+        counters = resumed.load_checkpoint(tmp_path / "run", replay=resumed_buf)
+        assert counters["updates"] == n
+        _train(resumed, resumed_buf, later, m)
+        assert whole_buf.capacity < whole_buf._writer.abs_cursor  # the ring wrapped after the checkpoint
+        assert (resumed.updates, resumed.samples) == (whole.updates, whole.samples) == (n + m, (n + m) * 16)
+        # publications are events, not state: the resumed process publishes its restored weights once more
+        assert resumed.broadcasts == whole.broadcasts + 1
+        _same_networks(resumed, whole)
+        _same_optimizer(resumed.optimizer.state_dict(), whole.optimizer.state_dict())
+        assert int(resumed.optimizer.state_dict()["state"][0]["step"]) == n + m
+        _same_replay(resumed_buf, whole_buf, tmp_path)
+    finally:
+        resumed.close()
+        whole.close()
