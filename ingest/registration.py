@@ -33,6 +33,7 @@ from typing import Any
 import zmq
 
 from ingest.peers import CollectorState
+from replay.chunk_plan import max_chunk_frames as replay_max_chunk_frames
 from shared.config import Config
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
@@ -133,7 +134,7 @@ class Registrar:
         self.ctx = context
         sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
-        frames = max_chunk_frames if max_chunk_frames is not None else max(2, min(4096, config.replay.capacity // 2))
+        frames = max_chunk_frames if max_chunk_frames is not None else replay_max_chunk_frames(config.replay.capacity)
         self.data_max_msg = data_max_msg_bytes(spec, frames)
         self.hostname = pysocket.gethostname()
         self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()

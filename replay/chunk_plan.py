@@ -26,6 +26,16 @@ from shared.chunk import (
     stack_indices,
 )
 
+MAX_CHUNK_FRAMES = 4096  # the most frames one chunk may carry, whatever the capacity
+
+
+def max_chunk_frames(capacity: int) -> int:
+    """The most frames one chunk may carry into a replay of `capacity` frame slots: half the ring, at
+    most MAX_CHUNK_FRAMES, at least 2. The one owner of this number: the replay refuses longer chunks,
+    and the head's data sockets derive their MAXMSGSIZE from it (ingest/registration.py)."""
+    return max(2, min(MAX_CHUNK_FRAMES, int(capacity) // 2))
+
+
 _ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
 # the flag bits no frame may carry, as uint8: numpy 2 refuses `uint8_array & -8` (a negative Python int)
 _UNKNOWN_FLAGS = np.uint8(0xFF & ~_ALL_FLAGS)

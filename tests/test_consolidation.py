@@ -23,7 +23,7 @@ from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar
 from shared import protocol as P
-from shared.chunk import TransitionChunk
+from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
@@ -471,6 +471,35 @@ def test_socket_buffer_bytes_bounds_the_data_in_flight() -> None:
     unbounded = _in_flight_while_gated(0)
     assert bounded < 1_000, bounded  # measured 256 heartbeats (~18 KB with ZeroMQ framing)
     assert unbounded == 5_000, unbounded  # the OS default takes every message offered (>20k measured)
+
+
+def _blank_chunk(num_frames: int) -> TransitionChunk:
+    """A valid chunk of `num_frames` blank frames that starts an episode."""
+    actions = np.zeros(num_frames, np.int32)
+    actions[-1] = NO_ACTION
+    flags = np.zeros(num_frames, np.uint8)
+    flags[0] = FLAG_FIRST
+    return TransitionChunk(0, 0, np.zeros((num_frames, *SPEC.obs_shape), SPEC.obs_dtype), actions,
+                           np.zeros(num_frames, np.float32), flags, np.ones(num_frames, np.float32))
+
+
+@pytest.mark.parametrize("capacity", [5, 64, 8194])  # 8194: the cap on chunk length applies, not half the ring
+def test_the_data_socket_admits_exactly_the_chunks_the_replay_accepts(capacity: int) -> None:
+    """The data sockets' MAXMSGSIZE and the replay's chunk limit come from one number: the most frames whose
+    observations fit one message frame under the socket's limit is the most frames the replay accepts."""
+    if ReplayBuffer is None:
+        pytest.skip("replay buffer not available")
+    config = replace(small_config(), replay=ReplayConfig(capacity=capacity))
+    ctx = zmq.Context()
+    registrar = Registrar(config, SPEC, {}, ctx, control_endpoint="tcp://127.0.0.1:0")
+    registrar.close()
+    ctx.term()
+    frame_bytes = int(np.prod(SPEC.obs_shape)) * SPEC.obs_dtype.itemsize  # 7056: more than the limit's slack
+    fits = registrar.data_max_msg // frame_bytes
+    replay = ReplayBuffer.from_config(config, SPEC.obs_shape, SPEC.obs_dtype, 4, "cpu")
+    accepted, refused = replay.add_chunks([_blank_chunk(fits), _blank_chunk(fits + 1)])
+    assert isinstance(accepted, int), accepted
+    assert isinstance(refused, ValueError) and "max_chunk_frames" in str(refused), refused
 
 
 def test_a_leaving_collector_s_parked_chunks_are_written_not_lost() -> None:
