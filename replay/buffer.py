@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from replay.chunk_plan import max_chunk_frames
-from replay.sampler import SegmentReader
+from replay.sampler import SegmentReader, generator_from_state
 from replay.storage import FrameStorage, resolve_storage_device
 from replay.sum_tree import ReplayInvariantError
 from replay.writer import SegmentWriter
@@ -131,7 +131,7 @@ class ReplayBuffer:
             "prioritized": self.prioritized, "alpha": self.alpha, "priority_eps": self.priority_eps,
             "max_chunk_frames": w.max_chunk_frames, "cursor": w.cursor, "abs_cursor": w.abs_cursor,
             "transitions_added": w.transitions_added, "frames_stored": w.frames_stored,
-            "count": self._reader.count,
+            "count": self._reader.count, "sampler_rng": self._reader.rng.bit_generator.state,
         }
 
     def save(self, directory) -> None:
@@ -151,40 +151,56 @@ class ReplayBuffer:
 
     @classmethod
     def load(cls, directory, device: str | torch.device = "cpu", *, seed: int | None = None) -> ReplayBuffer:
-        """A new buffer with the saved contents, on `device`."""
+        """A new buffer with the saved contents, on `device`. The sampler continues the saved random
+        stream; an explicit `seed` replaces it (a deliberately different sample sequence)."""
         state = json.loads((Path(directory) / "state.json").read_text())
         buf = cls(state["capacity"], tuple(state["obs_shape"]), np.dtype(state["obs_dtype"]), state["stack"],
                   state["n_step"], state["gamma"], prioritized=state["prioritized"], alpha=state["alpha"],
                   priority_eps=state["priority_eps"], device=device, max_chunk_frames=state["max_chunk_frames"],
                   seed=seed)
         buf.restore(directory)
+        if seed is not None:
+            buf._reader.rng = np.random.default_rng(seed)
         return buf
 
     def restore(self, directory) -> None:
-        """Load saved contents into this (already allocated, same geometry) buffer. Needs a quiescent writer."""
+        """Load saved contents into this (already allocated, same geometry) buffer. Needs a quiescent writer.
+
+        Everything is read and checked before anything changes: the geometry, every array's shape and
+        dtype, and the sampler's generator state (ValueError naming the file). A save without
+        `sampler_rng` (written before it was part of the state) keeps this buffer's stream.
+        """
         path = Path(directory)
         state = json.loads((path / "state.json").read_text())
-        if state.get("version") != _FORMAT_VERSION:
-            raise ValueError(f"{path}: replay save format {state.get('version')!r}, expected {_FORMAT_VERSION}")
+        if not isinstance(state, dict) or state.get("version") != _FORMAT_VERSION:
+            got = state.get("version") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{path}: replay save format {got!r}, expected {_FORMAT_VERSION}")
         mine = self._state()
         for key in ("capacity", "obs_shape", "obs_dtype", "stack", "n_step", "gamma", "prioritized", "alpha",
                     "priority_eps"):
             if state[key] != mine[key]:
                 raise ValueError(f"{path}: saved {key}={state[key]!r} but this buffer has {key}={mine[key]!r}")
+        saved_rng = state.get("sampler_rng")
+        rng = None if saved_rng is None else generator_from_state(saved_rng, str(path / "state.json"))
         frames = np.load(path / "frames.npy", mmap_mode="r", allow_pickle=False)
         if frames.shape != (self.capacity, *self.obs_shape) or frames.dtype != self.obs_dtype:
             raise ValueError(f"{path}/frames.npy has shape {frames.shape} {frames.dtype}; expected "
                              f"{(self.capacity, *self.obs_shape)} {self.obs_dtype}")
         block = max(1, (64 << 20) // max(1, self.storage.frame_bytes))  # bounded host memory while loading
+        meta = {name: _load_exact(path / f"{name}.npy", arr) for name, arr in self.storage.metadata_arrays().items()}
+        reader, writer = self._reader, self._writer
+        seg_abs = _load_exact(path / "seg_abs.npy", reader.seg_abs)
+        leaves = _load_exact(path / "leaves.npy", reader.tree.leaves())
         for i in range(0, self.capacity, block):
             self.storage.frames[i : i + block].copy_(torch.from_numpy(np.array(frames[i : i + block])))
         for name, arr in self.storage.metadata_arrays().items():
-            arr[...] = _load_exact(path / f"{name}.npy", arr)
-        reader, writer = self._reader, self._writer
+            arr[...] = meta[name]
         reader.writer.records.clear()
-        reader.seg_abs[...] = _load_exact(path / "seg_abs.npy", reader.seg_abs)
-        reader.tree.set_range(0, _load_exact(path / "leaves.npy", reader.tree.leaves()))
+        reader.seg_abs[...] = seg_abs
+        reader.tree.set_range(0, leaves)
         reader.count = int(np.count_nonzero(reader.tree.leaves()))
+        if rng is not None:
+            reader.rng = rng
         writer.cursor, writer.abs_cursor = int(state["cursor"]), int(state["abs_cursor"])
         writer.claimed_end = writer.abs_cursor
         writer.transitions_added, writer.frames_stored = int(state["transitions_added"]), int(state["frames_stored"])
