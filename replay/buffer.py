@@ -167,8 +167,10 @@ class ReplayBuffer:
         """Load saved contents into this (already allocated, same geometry) buffer. Needs a quiescent writer.
 
         Everything is read and checked before anything changes: the geometry, every array's shape and
-        dtype, and the sampler's generator state (ValueError naming the file). A save without
-        `sampler_rng` (written before it was part of the state) keeps this buffer's stream.
+        dtype, the sampler's generator state, and the values a resumed run would train on -- float frames,
+        returns and discounts finite (discounts in [0, 1]), priorities finite and >= 0. A NaN let in here
+        would be sampled, trained on and written into every later checkpoint. ValueError naming the file.
+        A save without `sampler_rng` (written before it was part of the state) keeps this buffer's stream.
         """
         path = Path(directory)
         state = json.loads((path / "state.json").read_text())
@@ -187,10 +189,16 @@ class ReplayBuffer:
             raise ValueError(f"{path}/frames.npy has shape {frames.shape} {frames.dtype}; expected "
                              f"{(self.capacity, *self.obs_shape)} {self.obs_dtype}")
         block = max(1, (64 << 20) // max(1, self.storage.frame_bytes))  # bounded host memory while loading
+        if np.issubdtype(self.obs_dtype, np.floating):
+            for i in range(0, self.capacity, block):
+                _check_finite(path / "frames.npy", np.asarray(frames[i : i + block]), first_slot=i)
         meta = {name: _load_exact(path / f"{name}.npy", arr) for name, arr in self.storage.metadata_arrays().items()}
         reader, writer = self._reader, self._writer
         seg_abs = _load_exact(path / "seg_abs.npy", reader.seg_abs)
         leaves = _load_exact(path / "leaves.npy", reader.tree.leaves())
+        _check_finite(path / "ret.npy", meta["ret"])
+        _check_finite(path / "disc.npy", meta["disc"], low=0.0, high=1.0)
+        _check_finite(path / "leaves.npy", leaves, low=0.0)
         for i in range(0, self.capacity, block):
             self.storage.frames[i : i + block].copy_(torch.from_numpy(np.array(frames[i : i + block])))
         for name, arr in self.storage.metadata_arrays().items():
@@ -219,6 +227,23 @@ def _load_exact(path: Path, like: np.ndarray) -> np.ndarray:
     if arr.shape != like.shape or arr.dtype != like.dtype:
         raise ValueError(f"{path} has shape {arr.shape} {arr.dtype}; expected {like.shape} {like.dtype}")
     return arr
+
+
+def _check_finite(path: Path, arr: np.ndarray, *, low: float | None = None, high: float | None = None,
+                  first_slot: int = 0) -> None:
+    """ValueError naming `path` and the first slot holding NaN/inf or a value outside [low, high]."""
+    rows = arr.reshape(len(arr), -1)
+    bad = ~np.isfinite(rows)
+    if low is not None:
+        bad |= rows < low
+    if high is not None:
+        bad |= rows > high
+    if bad.any():
+        slot = int(np.flatnonzero(bad.any(axis=1))[0])
+        value = float(rows[slot][bad[slot]][0])
+        allowed = "finite" + ("" if low is None else f", >= {low}") + ("" if high is None else f", <= {high}")
+        raise ValueError(f"{path}: slot {first_slot + slot} holds {value!r} ({int(bad.sum())} bad values in all); "
+                         f"allowed {allowed}; refusing to restore it")
 
 
 def _fail(msg: str) -> None:

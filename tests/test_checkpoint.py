@@ -455,6 +455,21 @@ def _set_live(arr, value) -> None:
 
 
 REPLAY_CONTENTS = {
+    # a NaN observation with its sha256 updated: the hashes pass, the values must not
+    "NaN frame": (lambda c: _edit_npy(c, "replay/frames.npy", lambda a: a.__setitem__((5, 2), np.nan)),
+                  r"replay/frames\.npy: slot 5 holds nan \(1 bad values in all\); allowed finite"),
+    "inf frame in a free slot": (lambda c: _edit_npy(c, "replay/frames.npy", lambda a: a.__setitem__((-1, 0), np.inf)),
+                                 r"replay/frames\.npy: slot 127 holds inf"),
+    "NaN return": (lambda c: _edit_npy(c, "replay/ret.npy", lambda a: _set_live(a, np.nan)),
+                   r"replay/ret\.npy: slot 1 holds nan"),
+    "NaN discount": (lambda c: _edit_npy(c, "replay/disc.npy", lambda a: _set_live(a, np.nan)),
+                     r"replay/disc\.npy: slot 1 holds nan .*allowed finite, >= 0\.0, <= 1\.0"),
+    "discount above 1": (lambda c: _edit_npy(c, "replay/disc.npy", lambda a: _set_live(a, 1.5)),
+                         r"replay/disc\.npy: slot 1 holds 1\.5"),
+    "NaN priority": (lambda c: _edit_npy(c, "replay/leaves.npy", lambda a: _set_live(a, np.nan)),
+                     r"replay/leaves\.npy: slot 1 holds nan"),
+    "negative priority": (lambda c: _edit_npy(c, "replay/leaves.npy", lambda a: _set_live(a, -0.5)),
+                          r"replay/leaves\.npy: slot 1 holds -0\.5 .*allowed finite, >= 0\.0"),
     "sampler_rng of another generator": (
         lambda c: _edit_replay_state(c, lambda s: s.update(sampler_rng={"bit_generator": "MT19937", "state": {"key": [1] * 624, "pos": 0}})),
         r"replay/state\.json: sampler_rng=.* is invalid \(not a PCG64 state\): allowed numpy\.random\.PCG64"),
@@ -472,8 +487,8 @@ REPLAY_CONTENTS = {
 @pytest.mark.parametrize("case", sorted(REPLAY_CONTENTS))
 def test_replay_contents_are_checked_before_resuming(case, replay_checkpoint, tmp_path) -> None:
     """Files whose sha256 was updated with them pass the hash check; their values still must be what a
-    run can produce (a PCG64 generator state), or resuming fails with one CheckpointError naming the
-    file, and the replay stays as it was."""
+    run can produce (finite frames, returns, discounts in [0, 1], priorities >= 0, a PCG64 generator
+    state), or resuming fails with one CheckpointError naming the file, and the replay stays as it was."""
     ckpt = tmp_path / "checkpoint"
     shutil.copytree(replay_checkpoint, ckpt)
     corrupt, match = REPLAY_CONTENTS[case]
@@ -501,3 +516,49 @@ def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(repla
         learner.run_updates(1)
     finally:
         learner.close()
+
+
+def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) -> None:
+    """The CLI's view: a CartPole run's checkpoint whose replay/frames.npy got one NaN (sha256 updated to
+    match) is refused by `python -m launcher --resume`: exit 2 and one error line naming the file, where it
+    used to resume and write the NaN into every later checkpoint."""
+    import subprocess
+    import sys
+
+    from launcher.cli import parse_args
+    from learner.trainer import Learner
+    from replay.buffer import ReplayBuffer
+    from shared.chunk import FLAG_FIRST, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
+    from shared.env_factory import env_spec_of
+    from tests.cluster_helpers import ROOT, head_env
+
+    flags = ["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0", "--max-seconds", "1"]
+    run = tmp_path / "run"
+    cfg, _ = parse_args([*flags, "--run-dir", str(run)])
+    obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
+    buf = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, "cpu")
+    learner = Learner(cfg, obs_shape, obs_dtype, stack, num_actions, buf, "cpu")
+    data = np.random.default_rng(0)
+    try:
+        for stream in range(4):
+            steps = 40
+            marks = np.zeros(steps + 1, dtype=np.uint8)
+            marks[0], marks[-2] = FLAG_FIRST, FLAG_TRUNCATED
+            buf.add_chunk(TransitionChunk(
+                stream, 0, data.normal(size=(steps + 1, *obs_shape)).astype(obs_dtype),
+                np.append(data.integers(0, num_actions, steps), NO_ACTION).astype(np.int32),
+                np.ones(steps + 1, dtype=np.float32), marks, np.ones(steps + 1, dtype=np.float32)))
+        learner.run_updates(1)
+        ckpt = learner.save_checkpoint(run, replay=buf)
+    finally:
+        learner.close()
+    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((17, 3), np.nan))
+    load_checkpoint(run, verify_replay=True)  # every sha256 matches: only the values are wrong
+    proc = subprocess.run([sys.executable, "-m", "launcher", *flags, "--run-dir", str(tmp_path / "run2"),
+                           "--resume", str(run)], cwd=ROOT, env=head_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
