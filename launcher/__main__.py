@@ -4,6 +4,8 @@ First SIGINT/SIGTERM: stop collectors, write the checkpoint, close everything, e
 Second SIGINT: kill the local collectors and exit at once (status 130).
 A bad input (flag, config value, env, run dir, keys, device, port) exits 2 with one `error: ...`
 line on stderr (a logged ERROR line once logging is set up), never a traceback.
+A run that trained but could not write its final checkpoint (a full disk) exits 3, so a supervisor
+can tell lost progress from a clean stop. All statuses: launcher.cli.EXIT_CODES (`--help`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
-from launcher.cli import parse_args  # noqa: E402
+from launcher.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FORCED, EXIT_OK, EXIT_PROGRESS_LOST, parse_args  # noqa: E402
 from shared.config import ConfigError  # noqa: E402
 
 log = logging.getLogger("mario_apex")
@@ -47,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg, opts = parse_args(argv)
     except ConfigError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         _setup_logging(opts.run_dir)
     except OSError as exc:  # checked in parse_args; this is the race or the case os.access cannot see
         print(f"error: --run-dir {opts.run_dir}: cannot write there: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     from launcher.head import FAILURE_REASONS, Head, StopAt
     from learner.checkpoint import CheckpointError
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        os._exit(130)
+        os._exit(EXIT_FORCED)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     launcher=opts.launcher, ray_address=opts.ray_address)
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", _one_line(exc))
-        return 2
+        return EXIT_BAD_INPUT
     except zmq.ZMQError as exc:
         if exc.errno == errno.EADDRINUSE:
             log.error("cannot bind the head's sockets: %s. Is another head running on this machine? Pick other "
@@ -92,17 +94,19 @@ def main(argv: list[str] | None = None) -> int:
                       _one_line(exc))
         else:
             log.error("cannot bind the head's sockets on transport.bind=%s: %s", cfg.transport.bind, _one_line(exc))
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as exc:  # e.g. the run dir filled up or vanished between the checks and here
         log.error("cannot start the head: %s", _one_line(exc))
-        return 2
+        return EXIT_BAD_INPUT
     head_box.append(head)
     try:
         summary = head.run(StopAt(opts.max_env_steps, opts.max_updates, opts.max_seconds, opts.target_return), stop)
     finally:
         head.close()
     print(f"[DONE] {summary}", flush=True)
-    return 1 if summary.get("reason") in FAILURE_REASONS else 0
+    if head.final_checkpoint_error is not None:  # close() logged the one line saying what is lost
+        return EXIT_PROGRESS_LOST
+    return EXIT_FAILED if summary.get("reason") in FAILURE_REASONS else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -24,6 +24,22 @@ from config_optimized import PROFILES, load_config
 from shared.config import Config, ConfigError, TransportConfig
 from shared.config_checks import check_memory
 
+# Exit statuses of `python -m launcher` (the --help epilog lists them for a supervisor).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_PROGRESS_LOST = 3
+EXIT_FORCED = 130
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    stopped by a limit, a target or a signal, with its final checkpoint written (or --no-train)
+  {EXIT_FAILED}    the head stopped on an internal failure (head.log says which); the final checkpoint was written
+  {EXIT_BAD_INPUT}    bad input: a flag, config value, env, run dir, keys, device, port or a checkpoint that cannot be
+       resumed; one `error:` line, nothing left running
+  {EXIT_PROGRESS_LOST}    the run trained but its final checkpoint could not be written (e.g. a full disk): the
+       training since its last checkpoint (or since it started) is lost; one ERROR line says why
+  {EXIT_FORCED}  a second Ctrl-C forced the exit: no final checkpoint
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (`error: ...`, status 2) instead of usage + error."""
@@ -52,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m launcher",
         description="Train Mario Ape-X: the head binds the sockets, runs replay and learner, and starts collectors.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--profile", default="auto", choices=sorted(PROFILES), help="hardware profile (config_optimized.py)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",

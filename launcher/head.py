@@ -75,6 +75,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Head:
+    last_checkpoint: Path | None = None  # the newest checkpoint this head wrote
+    final_checkpoint_error: str | None = None  # why close() could not write the final checkpoint
+
     def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None,
                  inprocess: bool = False, launcher: str = "local", ray_address: str = "") -> None:
         self._closed = False
@@ -310,6 +313,7 @@ class Head:
         path = self.learner.save_checkpoint(self.run_dir, replay=self.replay if self.cfg.learner.save_replay else None,
                                             counters={k: v for k, v in counters.items() if k in _HEAD_COUNTERS})
         log.info("checkpoint written to %s", path)
+        self.last_checkpoint = path
         return path
 
     # ------------------------------------------------------------------ shutdown
@@ -327,8 +331,12 @@ class Head:
         if checkpoint and self.train:
             try:
                 self.save_checkpoint()
-            except Exception as exc:  # noqa: BLE001
-                log.error("final checkpoint failed: %r", exc)
+            except Exception as exc:  # noqa: BLE001 - shutdown goes on; `python -m launcher` exits 3
+                self.final_checkpoint_error = " ".join(f"{type(exc).__name__}: {exc}".split())
+                since = (f"its last checkpoint ({self.last_checkpoint})" if self.last_checkpoint
+                         else "it started (it wrote no checkpoint)")
+                log.error("final checkpoint failed (%s): the training this run did since %s is not on disk",
+                          self.final_checkpoint_error, since)
         self.learner.close()
         self.consolidation.stop()
         self.publisher.close()

@@ -562,3 +562,33 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
     assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
+
+
+@pytest.mark.slow
+def test_a_run_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path) -> None:
+    """A real head on a disk that takes no file over 128 KiB (RLIMIT_FSIZE: the kernel refuses the write,
+    as a full disk would): the run trains, model.pt cannot be written, and `python -m launcher` exits 3
+    with one ERROR line saying the progress is not on disk -- where it used to exit 0."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.cluster_helpers import ROOT, head_env
+
+    limit = 128 << 10  # head.log, metrics and config fit; the network's weights do not
+
+    def small_files_only() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes raise
+
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "--profile", "cpu", "--env", "CartPole-v1", "--collectors", "1",
+         "--port", "0", "--max-updates", "3", "--set", "learner.warmup_transitions=200", "--run-dir", str(run)],
+        cwd=ROOT, env=head_env(), capture_output=True, text=True, preexec_fn=small_files_only, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "'reason': 'max_updates'" in proc.stdout  # it trained and stopped at its limit
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "final checkpoint failed" in errors[0] and "it wrote no checkpoint" in errors[0]
+    assert "is not on disk" in errors[0]
+    assert not (run / "checkpoint").exists() and not list(run.glob(".checkpoint.tmp-*"))
