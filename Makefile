@@ -26,14 +26,23 @@ export MKL_NUM_THREADS ?= 1
 
 install: $(STAMP)
 
+# pip, quiet: what it prints matters only when something fails. Dropped: pip's notes on find-links
+# locations it skips, and setuptools' "Editable installation" notice (a UserWarning relayed from the
+# build backend about folders named like the packages: here those folders are the packages).
+PIP := PYTHONWARNINGS="ignore:Editable installation$(if $(PYTHONWARNINGS),$(comma)$(PYTHONWARNINGS))" $(VPY) -m pip
+PIP_QUIET := 2>&1 | grep -v '^WARNING: Location' || true
+
 # Re-install only when the requirements change: a no-op run costs a stat. The stem names the extras
-# (dev-torch-ray installs ".[dev,torch,ray]"); each extra's module must import afterwards.
+# (dev-torch-ray installs ".[dev,torch,ray]"); each extra's module must import afterwards (Mario's
+# package through the project's own import, which keeps old gym's banner off the terminal).
 $(VENV)/.installed-%: setup.cfg pyproject.toml
 	@test -n "$(PY_TAG)" || { echo "error: PYTHON=$(PYTHON) is not a working Python interpreter" >&2; exit 2; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade "pip>=23" 2>&1 | grep -v '^WARNING: Location' || true
-	$(VPY) -m pip install --quiet -e ".[$(subst -,$(comma),$*)]" 2>&1 | grep -v '^WARNING: Location' || true
-	@$(VPY) -c "import shared, replay, ingest, actors, learner, nes_py, gym_super_mario_bros, zmq, cv2 \
+	@echo "Installing mario-apex[$(subst -,$(comma),$*)] into $(VENV) (minutes the first time)"
+	@$(PIP) install --quiet --upgrade "pip>=23" $(PIP_QUIET)
+	@$(PIP) install --quiet -e ".[$(subst -,$(comma),$*)]" $(PIP_QUIET)
+	@$(VPY) -c "from shared.mario_emulator import import_mario_package; import_mario_package(); \
+		import shared, replay, ingest, actors, learner, nes_py, zmq, cv2 \
 		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)" \
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
 	@touch $@
@@ -48,7 +57,8 @@ test-fast: install
 
 # Environment tests only (no torch needed): used for the Python 3.13 emulator generation, which
 # gets no torch here. Listed by file: collecting the other modules would import torch.
-ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config.py tests/test_chunk.py tests/test_boundaries.py
+ENV_TESTS := tests/test_env_mario.py tests/test_env_factory.py tests/test_config.py tests/test_chunk.py tests/test_boundaries.py \
+	tests/test_quiet.py
 test-env: install
 	$(VPY) -m pytest -m envonly $(ENV_TESTS) $(PYTEST_ARGS)
 

@@ -215,8 +215,9 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
 
 def _mario_available() -> bool:
     try:
-        import gym_super_mario_bros  # noqa: F401
-        import nes_py  # noqa: F401
+        from shared.mario_emulator import import_mario_package
+
+        import_mario_package()  # without old gym's import banner
     except Exception:  # noqa: BLE001 - any import failure means: bench on the counting env
         return False
     return True
