@@ -187,7 +187,7 @@ MARIO_PRESET: dict[str, str] = {
 }
 
 # Cheap envs want a small, fresh replay and a fast-reacting learner. Tuned on CartPole-v1 on the
-# 2-core CPU box (scripts/cartpole_race.py, scripts/cartpole_sync.py, BENCHMARKS.md).
+# 2-core CPU box (`python -m bench.cartpole_race`, BENCHMARKS.md).
 CARTPOLE_PRESET: dict[str, str] = {
     "replay.capacity": "100000",  # holds the whole 100k-step budget: forgetting early failures destabilizes CartPole
     "learner.warmup_transitions": "1000",  # a few dozen random episodes are enough to start learning

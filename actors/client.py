@@ -74,7 +74,8 @@ class Welcome:
     epsilons: tuple[float, ...] = ()  # one Ape-X epsilon per env stream; empty from a head that sends only `epsilon`
 
 
-def _socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
+def client_socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
+    """A socket as a collector opens it: no linger, CURVE-authenticated when keys are given."""
     sock = ctx.socket(kind)
     sock.linger = 0
     if curve is not None:
@@ -82,7 +83,7 @@ def _socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socke
     return sock
 
 
-def _reachable(endpoint: str, connect: str) -> str:
+def reachable_endpoint(endpoint: str, connect: str) -> str:
     """A tcp endpoint bound on a wildcard address is reached at the host we registered with."""
     if not endpoint.startswith("tcp://"):
         return endpoint
@@ -99,7 +100,7 @@ def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient 
     """HELLO -> WELCOME over a DEALER socket; RegistrationError after `timeout_s`, on a refusal or on stop."""
     hello = {"host": pysocket.gethostname(), "pid": os.getpid(), "slot": slot, "nonce": uuid.uuid4().hex,
              "envs": envs}
-    sock = _socket(ctx, zmq.DEALER, curve)
+    sock = client_socket(ctx, zmq.DEALER, curve)
     sock.sndhwm = 4
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_JSON_BYTES + 4096)  # a WELCOME is a header and a JSON object
     try:
@@ -130,8 +131,8 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
         raise RegistrationError(f"the head refused the registration: {str(data['refused'])[:300]}")
     try:
         return Welcome(
-            int(data["collector_id"]), _reachable(_endpoint(data, "data_endpoint"), connect),
-            _reachable(_endpoint(data, "weights_endpoint"), connect), float(data["epsilon"]),
+            int(data["collector_id"]), reachable_endpoint(_endpoint(data, "data_endpoint"), connect),
+            reachable_endpoint(_endpoint(data, "weights_endpoint"), connect), float(data["epsilon"]),
             int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
             _token(data["data_token"]), tuple(_epsilons(data.get("epsilons", []))),
         )
@@ -181,7 +182,7 @@ class HeadLink:
         self.template = template  # the network WEIGHTS must describe (names, shapes, dtypes)
         opened: list[zmq.Socket] = []
         try:  # a failure here must not leave a socket open: the context's term() would wait on it forever
-            self.data = _socket(ctx, zmq.DEALER, curve)
+            self.data = client_socket(ctx, zmq.DEALER, curve)
             opened.append(self.data)
             if welcome.data_token:  # the head reads only this peer's messages (a bench sink may have no token)
                 self.data.setsockopt(zmq.ROUTING_ID, welcome.data_token)
@@ -190,7 +191,7 @@ class HeadLink:
             if cfg.transport.socket_buffer_bytes:  # before connect: ZeroMQ applies it to new TCP connections
                 self.data.sndbuf = cfg.transport.socket_buffer_bytes
             self.data.connect(welcome.data_endpoint)
-            self.sub = _socket(ctx, zmq.SUB, curve)
+            self.sub = client_socket(ctx, zmq.SUB, curve)
             opened.append(self.sub)
             self.sub.setsockopt(zmq.MAXMSGSIZE, weights_frame_limit(template))  # no frame beyond our largest tensor
             self.sub.rcvhwm = 64

@@ -5,7 +5,7 @@ mean_return_20, each against env steps (sample efficiency) and against wall-cloc
 user waits). Each is drawn over every collector and, where the run recorded it, over the least-exploring
 collector slot alone (the curve closest to the greedy policy). The head's periodic evaluations
 (evals.jsonl beside metrics.jsonl, launcher/evaluator.py) are drawn as points, and a random-policy
-baseline (scripts/random_policy_baseline.py) as a horizontal line, so "better than chance" can be read
+baseline (`python -m evaluate.random_policy`) as a horizontal line, so "better than chance" can be read
 off the plot. `plot_runs` overlays several runs (seeds, variants) the same way.
 
     python -m evaluate.plots runs/a runs/b --labels "seed 0" "seed 1" --out curves.png [--baseline docs/...json]
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", help="run dirs (or metrics.jsonl files)")
     ap.add_argument("--labels", nargs="+", default=None, help="one label per run (default: the dir names)")
     ap.add_argument("--out", required=True, help="PNG to write")
-    ap.add_argument("--baseline", default=None, help="random-policy JSON (scripts/random_policy_baseline.py)")
+    ap.add_argument("--baseline", default=None, help="random-policy JSON (python -m evaluate.random_policy)")
     ap.add_argument("--title", default=None)
     args = ap.parse_args(argv)
     labels = args.labels or [Path(r).name for r in args.runs]

@@ -1,6 +1,6 @@
 """A live head under attack: `python -m launcher` as a subprocess, attacked over 127.0.0.1.
 
-The attacks come from scripts/attack_head.py (a person can replay each one by hand against `make run`).
+The attacks come from bench/attack.py (a person can replay each one by hand against `make run`).
 For each attack: the head stays alive and keeps training (env steps and updates grow in metrics.jsonl),
 rejections are counted exactly (metrics `rejected`; head.log names each reason once), its RSS stays
 bounded, and at the end SIGINT stops it within 10 s with exit 0, a checkpoint with finite weights, a
@@ -15,7 +15,6 @@ flood, and must stop by itself at max_env_steps.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -33,13 +32,11 @@ import pytest
 import torch
 import zmq
 
+from bench import attack as A
 from tests.cluster_helpers import ROOT, children_of, head_env, kill_tree, read_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
-_spec = importlib.util.spec_from_file_location("attack_head", ROOT / "scripts" / "attack_head.py")
-A = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(A)
 
 RSS_BOUND_MB = 100
 CARTPOLE = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
@@ -346,7 +343,7 @@ def test_xpub_spam_does_not_stop_heartbeats_or_weights(head_a):
     sub.connect(h.weights)
     assert sub.poll(10_000), "no message on the weights port before the attack"
     rss0 = h.rss_mb()
-    spam = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "attack_head.py"), "--connect", h.connect,
+    spam = subprocess.Popen([sys.executable, "-m", "bench.attack", "--connect", h.connect,
                              "--attack", "xpub-spam", "--seconds", "10"], cwd=ROOT, env=head_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     beats: list[float] = []

@@ -1,4 +1,4 @@
-"""evaluate.evaluate (`make eval`), evaluate.plots, evaluate.video and scripts/random_policy_baseline.py.
+"""evaluate.evaluate (`make eval`), evaluate.plots, evaluate.video and evaluate.random_policy.
 
 Checkpoints come from a real `Learner.save_checkpoint` over a fake replay (no cluster run): the
 counting env (84x84 uint8 frames) keeps the fast tests fast, the Mario test (slow) plays a fresh
@@ -18,6 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
+from evaluate import random_policy as rpb
 from evaluate.evaluate import find_baseline
 from evaluate.evaluate import main as evaluate_main
 from evaluate.plots import _evals, _wall_minutes, plot_learning_curve, plot_runs, read_metrics
@@ -211,11 +212,6 @@ def test_recorded_mario_baseline_is_found_for_the_default_env() -> None:
 
 
 def test_random_baseline_script(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import random_policy_baseline as rpb
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
     result = rpb.run_baseline(EnvConfig(env_id=COUNTING_ENV_ID), episodes=3, seed=1, verbose=False)
     assert result["episodes"] == 3 and len(result["returns"]) == 3 and result["env_id"] == COUNTING_ENV_ID
     assert {"mean_x_pos", "std", "mean_return", "action_set", "frame_skip"} <= set(result)

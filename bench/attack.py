@@ -4,7 +4,7 @@ Each attack is a function returning a dict of what it sent and what came back, s
 tests/test_adversarial.py imports them, and a person can replay any of them by hand:
 
     make run ARGS="--env CartPole-v1 --port 5555"                       # one terminal
-    python scripts/attack_head.py --connect tcp://127.0.0.1:5555 --attack nan
+    python -m bench.attack --connect tcp://127.0.0.1:5555 --attack nan
 
 then read the head's `[PROCESSOR] ... Drops: N` line and head.log ("rejected message: <reason>").
 
@@ -39,18 +39,15 @@ import struct
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from actors.client import _reachable, _socket  # noqa: E402  (the collector's own socket and endpoint rules)
-from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk  # noqa: E402
-from shared.protocol import (  # noqa: E402
+from actors.client import client_socket, reachable_endpoint  # the collector's own socket and endpoint rules
+from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
+from shared.protocol import (
     CREDIT,
     HEARTBEAT,
     HELLO,
@@ -125,7 +122,7 @@ def poisoned_chunk(kind: str, steps: int = 16, stream: int = 0, obs_dim: int = 4
 # ---------------------------------------------------------------------------- registration
 def hello(ctx: zmq.Context, connect: str, fields: dict[str, Any], curve=None, timeout_s: float = 20.0) -> dict[str, Any]:
     """One HELLO, sent once (a retry of a refused nonce would be refused and counted again); the WELCOME's JSON."""
-    sock = _socket(ctx, zmq.DEALER, curve)
+    sock = client_socket(ctx, zmq.DEALER, curve)
     try:
         sock.connect(connect)
         sock.send_multipart(encode_json(HELLO, fields))
@@ -151,9 +148,9 @@ class FakeCollector:
             raise Refused(str(welcome["refused"]))
         self.welcome = welcome
         self.collector_id = int(welcome["collector_id"])
-        self.endpoint = _reachable(str(welcome["data_endpoint"]), connect)
+        self.endpoint = reachable_endpoint(str(welcome["data_endpoint"]), connect)
         self.token = bytes.fromhex(str(welcome["data_token"]))
-        self.data = _socket(ctx, zmq.DEALER, curve)
+        self.data = client_socket(ctx, zmq.DEALER, curve)
         self.data.setsockopt(zmq.ROUTING_ID, self.token)
         self.data.connect(self.endpoint)
         self.seq = 0
@@ -223,7 +220,7 @@ def deep_json(ctx: zmq.Context, connect: str, count: int = 15, curve=None, depth
               wait_s: float = 1.0) -> dict[str, Any]:
     """`count` HELLOs nested too deep (alternating the two kinds). `depth` must stay below the control socket's
     64 KiB message limit, or ZeroMQ drops the connection before the head ever decodes it."""
-    sock = _socket(ctx, zmq.DEALER, curve)
+    sock = client_socket(ctx, zmq.DEALER, curve)
     bodies = deep_json_hellos(depth)
     try:
         sock.connect(connect)
@@ -245,7 +242,7 @@ def hello_flood(ctx: zmq.Context, connect: str, count: int = 2000, curve=None, t
     """`count` HELLOs with distinct nonces over `sockets` DEALERs; counts WELCOMEs and refusals."""
     socks = []
     for _ in range(max(1, sockets)):
-        s = _socket(ctx, zmq.DEALER, curve)
+        s = client_socket(ctx, zmq.DEALER, curve)
         s.rcvhwm = 0  # keep every reply: the counts must be exact
         s.sndhwm = 0
         s.connect(connect)
@@ -377,10 +374,10 @@ def second_peer(ctx: zmq.Context, connect: str, curve=None, owner_chunks: int = 
     peers: list[zmq.Socket] = []
     try:
         owner.heartbeat()  # seq 1, accepted
-        anonymous = _socket(ctx, zmq.DEALER, curve)
-        wrong = _socket(ctx, zmq.DEALER, curve)
+        anonymous = client_socket(ctx, zmq.DEALER, curve)
+        wrong = client_socket(ctx, zmq.DEALER, curve)
         wrong.setsockopt(zmq.ROUTING_ID, b"c" + os.urandom(16))
-        passive = _socket(ctx, zmq.DEALER, curve)
+        passive = client_socket(ctx, zmq.DEALER, curve)
         peers = [anonymous, wrong, passive]
         for p in peers:
             p.connect(owner.endpoint)
@@ -412,12 +409,12 @@ def second_peer(ctx: zmq.Context, connect: str, curve=None, owner_chunks: int = 
 def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None, churn_subs: int = 8) -> dict[str, Any]:
     """One XSUB sending b'\\x01spam' / b'\\x00spam' as fast as it can, plus `churn_subs` SUB sockets that
     subscribe and unsubscribe random topics in the same loop, for `seconds`."""
-    xsub = _socket(ctx, zmq.XSUB, curve)
+    xsub = client_socket(ctx, zmq.XSUB, curve)
     xsub.sndhwm = 0
     xsub.connect(weights)
     subs = []
     for _ in range(churn_subs):
-        s = _socket(ctx, zmq.SUB, curve)
+        s = client_socket(ctx, zmq.SUB, curve)
         s.connect(weights)
         subs.append(s)
     sent = churned = 0
@@ -493,7 +490,7 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/attack_head.py", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--connect", required=True, help="the head's control endpoint, e.g. tcp://127.0.0.1:5555")

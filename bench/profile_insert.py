@@ -1,13 +1,13 @@
 """Where a batched replay insert spends its time: wall time per batch of chunks, by phase.
 
-    python scripts/profile_insert.py [--batches 200] [--batch-chunks 16]
+    python -m bench.profile_insert [--batches 200] [--batch-chunks 64]
 
-Writes the replay bench's chunks (replay/bench.py: 128 transitions, 84x84 uint8 frames) into a
+Writes the replay bench's chunks (bench/replay_bench.py: 128 transitions, 84x84 uint8 frames) into a
 100k-slot prioritized buffer through `ReplayBuffer.add_chunks`, as the consolidation thread does,
 with every phase function of replay/batch_plan.py and replay/writer.py wrapped in a timer.
 Nested phases are included in their callers (`_assemble` holds `_common_rows`, which holds
 `window_returns`; `_write_run` holds `write_frames`, the frame copies). The wrappers add ~0.3 us
-per call. Compare `write_frames` with the copy floor (replay.bench's insert_copy_floor_tps):
+per call. Compare `write_frames` with the copy floor (bench.replay_bench's insert_copy_floor_tps):
 insert / floor = copies / total when the copies run at the floor's speed. Figures are medians
 over batches, the phases' each on its own (they need not add up).
 """
@@ -23,10 +23,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.replay_bench import bench_chunks  # noqa: E402
+from ingest.consolidation import INSERT_BATCH  # noqa: E402
 from replay import batch_plan, storage, writer  # noqa: E402
-from replay.bench import _chunks  # noqa: E402
 from replay.buffer import ReplayBuffer  # noqa: E402
-from replay.consolidation import INSERT_BATCH  # noqa: E402
 
 PHASES = {
     writer.SegmentWriter: ("_leaves", "_write_run", "_cut", "_store_metadata", "_records"),
@@ -35,11 +35,11 @@ PHASES = {
 }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.profile_insert", description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--batch-chunks", type=int, default=INSERT_BATCH, help="chunks per add_chunks call")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     spent: dict[str, float] = {}
 
@@ -57,7 +57,7 @@ def main() -> None:
             setattr(owner, name, timed(name, getattr(owner, name)))
     writer.plan_batch = timed("plan_batch", writer.plan_batch)
 
-    chunks = _chunks(16, np.random.default_rng(0))
+    chunks = bench_chunks(16, np.random.default_rng(0))
     buf = ReplayBuffer(100_000, (84, 84), np.uint8, 4, 3, 0.99, prioritized=True, seed=0)
     buf.add_chunks(chunks[:2])  # the episode's first chunk, then steady state
     size = args.batch_chunks

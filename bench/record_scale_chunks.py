@@ -6,7 +6,8 @@ rewards and the initial priorities its network computed. bench/scale.py replays 
 hold the profile's `collectors.chunk_steps` new transitions (128 in every profile) unless
 --chunk-steps says otherwise: the head's per-message costs scale with the chunk count.
 
-    .venv/bin/python scripts/record_scale_chunks.py [--chunks 24] [--chunk-steps N]
+    make record-scale-chunks
+    python -m bench.record_scale_chunks [--chunks 24] [--chunk-steps N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 class CapturingLink:
@@ -41,7 +38,7 @@ class CapturingLink:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.record_scale_chunks", description=__doc__.splitlines()[0])
     p.add_argument("--chunks", type=int, default=24, help="chunks to record")
     p.add_argument("--chunk-steps", type=int, default=None, help="new transitions per chunk (default: the profile's)")
     p.add_argument("--out", default=None, help="default: bench/data/mario_1_1_chunks.npz")
@@ -72,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     save_chunks(out, chunks, counts, {"env_id": cfg.env.env_id, "frame_skip": str(cfg.env.frame_skip),
                                       "action_set": cfg.env.action_set, "epsilon": str(cfg.collectors.eps_base),
                                       "chunk_steps": str(cfg.collectors.chunk_steps), "n_step": str(r.n_step),
-                                      "recorded_by": "scripts/record_scale_chunks.py"})
+                                      "recorded_by": "bench/record_scale_chunks.py"})
     print(f"wrote {out}: {len(chunks)} chunks, {sum(counts)} transitions, "
           f"{sum(c.num_frames for c in chunks)} frames, {out.stat().st_size / 2**20:.2f} MiB")
     return 0

@@ -7,7 +7,7 @@ episodes is >= 475. The system is the real head (`python -m launcher --env CartP
 ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole preset of config_optimized.py.
 The head stops itself once solved (`--target-return 475`); we read its metrics.jsonl.
 
-Usage: python scripts/cartpole_race.py --seeds 1 2 3 [--system-only] [--set section.field=value ...]
+Usage: python -m bench.cartpole_race --seeds 1 2 3 [--system-only] [--set section.field=value ...]
 Prints one JSON line per run and a JSON summary at the end.
 """
 
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLVED_RETURN = 475.0
 BUDGET_STEPS = 100_000
 
@@ -32,7 +31,6 @@ BUDGET_STEPS = 100_000
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -82,7 +80,7 @@ def run_system(seed: int, overrides: list[str] | None = None, max_env_steps: int
         args += ["--set", item]
     launched = time.time()
     with open(run_dir.parent / f"{run_dir.name}.log", "wb") as log:
-        proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(args, env=_env(), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         while proc.poll() is None:
@@ -111,19 +109,19 @@ def run_system(seed: int, overrides: list[str] | None = None, max_env_steps: int
 
 
 def run_reference(seed: int, total_timesteps: int = 500_000) -> dict[str, Any]:
-    """Run scripts/cleanrl_reference_dqn.py in its own process, stopping at its first mean-20 >= 475."""
+    """Run bench/cleanrl_dqn.py in its own process, stopping at its first mean-20 >= 475."""
     launched = time.time()
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "cleanrl_reference_dqn.py"), "--seed", str(seed),
+    out = subprocess.run([sys.executable, "-m", "bench.cleanrl_dqn", "--seed", str(seed),
                           "--total-timesteps", str(total_timesteps), "--stop-on-solve",
                           "--process-start", repr(launched)],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, check=True)
+                         env=_env(), capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result.pop("args", None)
     return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cartpole_race", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="extra override for the system (defaults: config_optimized.py CARTPOLE_PRESET)")

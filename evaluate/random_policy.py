@@ -4,8 +4,8 @@ Why: a learning curve means little without the level a policy that knows nothing
 the same env (same id, action set, frame skip, episode rules). `evaluate.evaluate` picks up a
 docs/random_policy_*.json recorded on the run's env and draws it on the learning curve.
 
-    .venv/bin/python scripts/random_policy_baseline.py --episodes 20 --out docs/random_policy_1-1.json
-    .venv/bin/python scripts/random_policy_baseline.py --config runs/<run>/config.json --episodes 20
+    python -m evaluate.random_policy --episodes 20 --out docs/random_policy_1-1.json
+    python -m evaluate.random_policy --config runs/<run>/config.json --episodes 20
 """
 
 from __future__ import annotations
@@ -19,13 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from evaluate.evaluate import play_episode, summarize  # noqa: E402
-from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, EnvConfig  # noqa: E402
-from shared.env_factory import make_env  # noqa: E402
+from evaluate.evaluate import play_episode, summarize
+from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, EnvConfig
+from shared.env_factory import make_env
 
 
 def run_baseline(env_cfg: EnvConfig, episodes: int, seed: int = 0, max_steps: int | None = None,
@@ -58,7 +54,7 @@ def run_baseline(env_cfg: EnvConfig, episodes: int, seed: int = 0, max_steps: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m evaluate.random_policy", description=__doc__.split("\n")[0])
     p.add_argument("--config", type=Path, default=None, help="a run's config.json: use its env section")
     p.add_argument("--env-id", default=None, help=f"default {MARIO_DEFAULT_ENV} (or the config's)")
     p.add_argument("--action-set", default=None, help="right_only / simple / complex (default simple)")

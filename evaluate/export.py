@@ -1,6 +1,6 @@
 """Write a small, evaluation-only copy of a run's checkpoint, for shipping in the repo.
 
-    python scripts/export_checkpoint.py runs/<run> docs/checkpoints/<name>
+    python -m evaluate.export runs/<run> docs/checkpoints/<name>
 
 `<name>/checkpoint/` is an ordinary checkpoint (same layout, sizes and sha256 in meta.json, so
 `make eval CHECKPOINT=docs/checkpoints/<name>` reads it with the usual checks) holding only what
@@ -16,15 +16,13 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from learner.checkpoint import CheckpointError, eval_only, load_checkpoint, save_checkpoint  # noqa: E402
+from learner.checkpoint import CheckpointError, eval_only, load_checkpoint, save_checkpoint
 
 MAX_BYTES = 15 * 2**20  # what the repository takes per shipped checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python scripts/export_checkpoint.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m evaluate.export", description=__doc__.splitlines()[0])
     ap.add_argument("source", help="run dir or checkpoint dir")
     ap.add_argument("out", help="directory to write (its checkpoint/ is replaced)")
     args = ap.parse_args(argv)

@@ -1,11 +1,11 @@
 """Emulator ceiling and our env's speed on this interpreter's emulator generation (no torch).
 
-`make bench` needs torch, which Python 3.13 does not get here; this script measures what the
-guide asks of both generations: raw package env steps/s with action repeat vs the project's
-fused env, N processes in parallel. Usage:
+`make bench` needs torch, which Python 3.13 does not get here; this measures both generations
+the same way: raw package env steps/s with action repeat vs the project's fused env, N processes
+in parallel. Usage:
 
-    .venv/bin/python scripts/env_ceiling.py --collectors 1 2 --seconds 8
-    .venv-py313/bin/python scripts/env_ceiling.py --collectors 1 2 --seconds 8
+    .venv/bin/python -m bench.env_ceiling --collectors 1 2 --seconds 8
+    .venv-py313/bin/python -m bench.env_ceiling --collectors 1 2 --seconds 8
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ import os
 import platform
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from bench.baselines import run_emulator_ceiling  # noqa: E402
+from bench.baselines import run_emulator_ceiling  # noqa: E402  (after OMP_NUM_THREADS: the workers inherit it)
 from shared.config import EnvConfig  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.env_ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="SuperMarioBros-1-1-v0")
     parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--envs-per-collector", type=int, default=8)

@@ -4,8 +4,8 @@ Why: the Mario reward, info and frames must be identical on both emulator genera
 (nes-py 8 / gsmb 7.4 on Python 3.11 and nes-py 9 / gsmb 9.x on Python 3.13). The fixture is
 recorded on one and tests/test_env_mario.py replays it on whichever is installed.
 
-    .venv/bin/python scripts/record_mario_golden.py            # rewrite the fixture
-    .venv/bin/python scripts/record_mario_golden.py --check    # compare only, exit 1 on mismatch
+    make record-golden                            # rewrite the fixture
+    python -m tests.record_mario_golden --check   # compare only, exit 1 on mismatch
 
 The actions are stored in the fixture, so regenerating them is never needed to replay.
 """
@@ -24,14 +24,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from shared.config import EnvConfig
+from shared.env_factory import make_env
 
-from shared.config import EnvConfig  # noqa: E402
-from shared.env_factory import make_env  # noqa: E402
-
-FIXTURE = ROOT / "tests" / "data" / "mario_golden.json"
+FIXTURE = Path(__file__).resolve().parent / "data" / "mario_golden.json"
 
 
 def frame_hash(obs: np.ndarray) -> str:
@@ -101,7 +97,7 @@ def scenarios() -> list[tuple[str, EnvConfig, list[int]]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.record_mario_golden", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare against the fixture instead of writing it")
     args = parser.parse_args()
     data: dict[str, Any] = {

@@ -1,0 +1,54 @@
+"""The command-line tools beside the trainer (`python -m bench.<tool>`, `python -m evaluate.<tool>`,
+the fixture recorders): each starts from a fresh interpreter with no path set up by hand, and the
+ones that take input refuse bad input with a one-line error and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import proxy
+from tests.cluster_helpers import ROOT
+
+TOOLS = ["bench.attack", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
+         "bench.proxy", "bench.record_scale_chunks", "evaluate.export", "evaluate.random_policy",
+         "tests.record_mario_golden"]
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("module", TOOLS)
+def test_help_names_the_module(module: str) -> None:
+    proc = _run(module, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m {module}")
+
+
+def test_export_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = _run("evaluate.export", str(tmp_path / "no-such-run"), str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_proxy_refuses_a_non_positive_duration(tmp_path: Path) -> None:
+    proc = _run("bench.proxy", str(tmp_path / "run"), "--seed", "0", "--seconds", "0")
+    assert proc.returncode == 2 and "--seconds=0.0" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_proxy_trains_then_evaluates_the_same_run_dir() -> None:
+    train, evaluate = proxy.commands("runs/x", 3, 60.0, ["--profile", "cpu", "--set", "collectors.eps_per=stream"])
+    assert train[1:3] == ["-m", "launcher"] and evaluate[1:3] == ["-m", "evaluate"]
+    assert train[train.index("--run-dir") + 1] == "runs/x" and train[train.index("--seed") + 1] == "3"
+    assert train[-4:] == ["--profile", "cpu", "--set", "collectors.eps_per=stream"]
+    assert "transport.port=0" in train  # two proxies at once never race for a port
+    assert evaluate[3] == "runs/x" and evaluate[evaluate.index("--out") + 1] == "runs/x/final_eval"
+    assert evaluate[evaluate.index("--episodes") + 1] == "10" and evaluate[evaluate.index("--epsilon") + 1] == "0.05"
+    own_port = proxy.commands("runs/x", 0, 60.0, ["--port", "7600"])[0]
+    assert "transport.port=0" not in own_port and own_port[-2:] == ["--port", "7600"]
