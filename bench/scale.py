@@ -95,9 +95,13 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         ipc_dir = tempfile.mkdtemp(prefix="mapx-scale-")
         publisher = WeightPublisher([f"ipc://{ipc_dir}/weights.ipc", "tcp://127.0.0.1:0"], context=ctx,
                                     heartbeat_s=cfg.collectors.heartbeat_s)
-        registrar = Registrar(cfg, spec, {"local": publisher.endpoints[0], "remote": publisher.endpoints[1]}, ctx,
-                              control_endpoint="tcp://127.0.0.1:0", num_collectors=CAPACITY_COLLECTORS)
-        consolidation = ConsolidationThread(cfg, replay, spec, registrar, latest_weight_version=lambda: publisher.version)
+        registrar = Registrar(spec, {"local": publisher.endpoints[0], "remote": publisher.endpoints[1]}, ctx,
+                              transport=cfg.transport, collectors=cfg.collectors, replay=cfg.replay,
+                              welcome_config=cfg.to_dict(), control_endpoint="tcp://127.0.0.1:0",
+                              num_collectors=CAPACITY_COLLECTORS)
+        consolidation = ConsolidationThread(replay, spec, registrar, transport=cfg.transport, env=cfg.env,
+                                            collectors=cfg.collectors, episode_window=cfg.logging.episode_window,
+                                            latest_weight_version=lambda: publisher.version)
         consolidation.start()
         rng = np.random.default_rng(0)
 

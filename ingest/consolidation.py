@@ -40,7 +40,7 @@ from ingest.consolidation_types import (
 from ingest.peers import CollectorState, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
-from shared.config import Config
+from shared.config import CollectorConfig, EnvConfig, TransportConfig
 from shared.exploration import annealed_epsilon
 from shared.protocol import (
     BYE,
@@ -70,24 +70,30 @@ class ConsolidationThread(threading.Thread):
 
     def __init__(
         self,
-        config: Config,
         replay: ReplaySink,
         spec: ObsSpec,
         registrations: Registrations,
+        *,
+        transport: TransportConfig,
+        env: EnvConfig,
+        collectors: CollectorConfig,
+        episode_window: int,
         latest_weight_version: Callable[[], int] = lambda: 0,
-        episode_window: int | None = None,
         buffer_size: Callable[[], int] | None = None,
         gate: InsertGate = ALWAYS_OPEN,
     ) -> None:
+        """`transport`: credits, parking, reclaim and stall timeouts; `env`: the reward bound an episode
+        summary is checked against; `collectors`: the epsilon schedule stats() reports; `episode_window`:
+        recent episodes kept (logging.episode_window)."""
         super().__init__(name="consolidation", daemon=True)
-        self.config = config
         self.replay = replay
         self.spec = spec
         self.registrations = registrations
         self.latest_weight_version = latest_weight_version
-        t = config.transport
+        self.transport = t = transport
+        self.eps_decay_updates = collectors.eps_decay_updates
         # summaries carry unscaled returns; env.max_abs_reward bounds the scaled rewards chunks carry
-        self.max_abs_reward = float(config.env.max_abs_reward) / float(config.env.reward_scale)
+        self.max_abs_reward = float(env.max_abs_reward) / float(env.reward_scale)
         self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
         # parked chunks per collector before its socket is left unread: with credits one more than it may have
         # in flight, so a collector that keeps the rule is always read (its heartbeats too)
@@ -108,10 +114,9 @@ class ConsolidationThread(threading.Thread):
         self.heartbeats = self.episodes = self.registrations_total = self.queue = self.reclaimed = 0
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.transitions_by_slot: collections.Counter[int] = collections.Counter()
-        window = episode_window if episode_window is not None else config.logging.episode_window
-        self.recent_episodes: collections.deque[EpisodeSummary] = collections.deque(maxlen=window)
+        self.recent_episodes: collections.deque[EpisodeSummary] = collections.deque(maxlen=episode_window)
         self.recent_by_slot: collections.defaultdict[int, collections.deque[EpisodeSummary]] = \
-            collections.defaultdict(lambda: collections.deque(maxlen=window))
+            collections.defaultdict(lambda: collections.deque(maxlen=episode_window))
         self.errors = 0
         self.errors_since_accepted = 0
         self.last_error = ""
@@ -372,7 +377,7 @@ class ConsolidationThread(threading.Thread):
     def stats(self) -> ConsolidationStats:
         """Counters snapshot (any thread; buffer_size() decides where the Buffer figure comes from)."""
         now = time.monotonic()
-        decay = self.config.collectors.eps_decay_updates  # report what collectors act with now
+        decay = self.eps_decay_updates  # report what collectors act with now
         with self._lock:
             collectors = {
                 cid: {"host": s.host, "pid": s.pid, "slot": s.slot,
@@ -394,7 +399,7 @@ class ConsolidationThread(threading.Thread):
 
     def silent_collectors(self, timeout_s: float | None = None) -> list[int]:
         """Ids of open collectors neither heard from nor held by the head for `timeout_s` (default stall_timeout_s)."""
-        limit = self.config.transport.stall_timeout_s if timeout_s is None else timeout_s
+        limit = self.transport.stall_timeout_s if timeout_s is None else timeout_s
         now = time.monotonic()
         with self._lock:
             return [c for c, s in self.collectors.items() if not s.closed and now - s.stall_clock > limit]

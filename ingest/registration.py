@@ -27,14 +27,14 @@ import secrets
 import shutil
 import socket as pysocket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import zmq
 
 from ingest.peers import CollectorState
-from replay.chunk_plan import max_chunk_frames as replay_max_chunk_frames
-from shared.config import Config
+from replay.chunk_plan import max_chunk_frames
+from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.protocol import (
@@ -119,23 +119,29 @@ class Registrar:
 
     def __init__(
         self,
-        config: Config,
         spec: ObsSpec,
         weights_endpoints: dict[str, str],
         context: zmq.Context,
+        *,
+        transport: TransportConfig,
+        collectors: CollectorConfig,
+        replay: ReplayConfig,
+        welcome_config: Mapping[str, Any],
         control_endpoint: str | None = None,
         num_collectors: int | None = None,
-        max_chunk_frames: int | None = None,
     ) -> None:
-        t = config.transport
-        self.config = config
+        """`transport`: endpoints, CURVE, socket options; `collectors`: the count and the epsilon schedule;
+        `replay`: its capacity sets the largest chunk, hence the data sockets' MAXMSGSIZE; `welcome_config`:
+        the run's whole config as every WELCOME carries it to the collector (`Config.to_dict()`)."""
+        t = self.transport = transport
+        self.collectors = collectors
+        self.welcome_config = dict(welcome_config)
         self.weights_endpoints = weights_endpoints  # {"local": ipc://..., "remote": tcp://..., "inproc": ...}
-        self.num_collectors = max(1, num_collectors if num_collectors is not None else config.collectors.count)
+        self.num_collectors = max(1, num_collectors if num_collectors is not None else collectors.count)
         self.ctx = context
         sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
-        frames = max_chunk_frames if max_chunk_frames is not None else replay_max_chunk_frames(config.replay.capacity)
-        self.data_max_msg = data_max_msg_bytes(spec, frames)
+        self.data_max_msg = data_max_msg_bytes(spec, max_chunk_frames(replay.capacity))
         self.hostname = pysocket.gethostname()
         self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
         self._next_id = 1
@@ -231,7 +237,7 @@ class Registrar:
         cid = self._next_id
         self._next_id += 1
         host = hello["host"]
-        t = self.config.transport
+        t = self.transport
         # Local means "connected over loopback", not "same hostname": a collector in another network
         # namespace or container shares the hostname but cannot be assumed to share /tmp.
         local = _is_loopback(peer) and host == self.hostname and t.local_transport == "ipc"
@@ -263,13 +269,13 @@ class Registrar:
         welcome = {
             "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
             "epsilon": eps, "epsilons": epsilons, "num_collectors": self.num_collectors, "slot": slot,
-            "config": self.config.to_dict(),
+            "config": self.welcome_config,
         }
         return state, encode_json(WELCOME, welcome, collector=cid)
 
     def _epsilons(self, slot: int) -> list[float]:
         """The Ape-X epsilon of each of the slot's K envs (collectors.eps_per: per stream or per collector)."""
-        c = self.config.collectors
+        c = self.collectors
         k = c.envs_per_collector
         if c.eps_per == "collector":  # slots past num_collectors continue the sequence: no repeats either
             return [collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)] * k

@@ -129,14 +129,18 @@ class Head:
         spec = ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
                        max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs)
         registrar = Registrar(
-            cfg, spec, {"local": local_weights, "remote": remote_weights,
-                        **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
-            self.ctx, num_collectors=max(1, cfg.collectors.count),
+            spec, {"local": local_weights, "remote": remote_weights,
+                   **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
+            self.ctx, transport=t, collectors=cfg.collectors, replay=cfg.replay, welcome_config=cfg.to_dict(),
+            num_collectors=max(1, cfg.collectors.count),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
         )
         self._parts.append(registrar)
-        self.consolidation = ConsolidationThread(cfg, self.replay, spec, registrar,
-                                                 latest_weight_version=lambda: self.publisher.version, gate=self.limiter)
+        self.consolidation = ConsolidationThread(
+            self.replay, spec, registrar, transport=t, env=cfg.env, collectors=cfg.collectors,
+            episode_window=cfg.logging.episode_window, latest_weight_version=lambda: self.publisher.version,
+            gate=self.limiter,
+        )
         self._parts.append(self.consolidation)
         self.consolidation.start()
         if self.inprocess:
@@ -156,7 +160,7 @@ class Head:
                 cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
                 env=_collector_env(), log_dir=str(self.run_dir / "collectors"), on_exit=self.consolidation.forget_pid,
             )
-        self.metrics = MetricsLogger(self.run_dir, cfg)
+        self.metrics = MetricsLogger(self.run_dir, cfg.logging)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
         self.checkpoint_failures = 0
         lg = cfg.logging

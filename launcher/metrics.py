@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shared.config import LoggingConfig
+
 REQUIRED_KEYS = (
     "time", "env_steps", "updates", "replay_size", "env_steps_per_s", "updates_per_s", "mean_return_20",
 )
@@ -102,20 +104,20 @@ class MetricsLogger:
     def __init__(
         self,
         run_dir: str | os.PathLike,
-        cfg: Any = None,
+        logging_config: LoggingConfig | None = None,
         *,
         tensorboard: bool | None = None,
         print_fn: Callable[[str], None] | None = None,
         epoch_updates: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`cfg` (a Config) supplies logging.tensorboard unless `tensorboard` is given explicitly.
+        """`logging_config` supplies `tensorboard` unless it is given explicitly (neither: on).
 
         `print_fn=None` (default): `log` only returns the [MAIN] line (the head prints it via
         `main_line`); pass `print` to have `log` print it.
         """
         if tensorboard is None:
-            tensorboard = bool(getattr(getattr(cfg, "logging", None), "tensorboard", True))
+            tensorboard = logging_config.tensorboard if logging_config is not None else True
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"

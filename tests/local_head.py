@@ -29,10 +29,13 @@ class LocalHead:
         self.ctx = zmq.Context()
         self._dir = tempfile.mkdtemp(prefix="mario-apex-head-")
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
-        self.registrar = Registrar(config, spec, {}, self.ctx,
+        self.registrar = Registrar(spec, {}, self.ctx, transport=t, collectors=config.collectors,
+                                   replay=config.replay, welcome_config=config.to_dict(),
                                    control_endpoint=f"tcp://{t.bind}:{t.port if port is None else port}")
         # bound first: it starts the ZAP authenticator the publisher's CURVE socket needs
-        self.consolidation = ConsolidationThread(config, replay, spec, self.registrar)
+        self.consolidation = ConsolidationThread(replay, spec, self.registrar, transport=t, env=config.env,
+                                                 collectors=config.collectors,
+                                                 episode_window=config.logging.episode_window)
         self.publisher = WeightPublisher(
             [f"ipc://{os.path.join(self._dir, 'weights.ipc')}", f"tcp://{t.bind}:0"], context=self.ctx,
             heartbeat_s=min(1.0, t.head_timeout_s / 4), curve=curve,

@@ -117,9 +117,13 @@ class Head:
                  curve=None, raw_socket: bool = True, may_insert: Callable[[], bool] = lambda: True) -> None:
         self.ctx = zmq.Context()
         self.config = config or small_config()
-        registrar = Registrar(self.config, SPEC, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
-                              control_endpoint="tcp://127.0.0.1:0")
-        self.thread = ConsolidationThread(self.config, replay, SPEC, registrar, version, gate=Gate(may_insert))
+        c = self.config
+        registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
+                              transport=c.transport, collectors=c.collectors, replay=c.replay,
+                              welcome_config=c.to_dict(), control_endpoint="tcp://127.0.0.1:0")
+        self.thread = ConsolidationThread(replay, SPEC, registrar, transport=c.transport, env=c.env,
+                                          collectors=c.collectors, episode_window=c.logging.episode_window,
+                                          latest_weight_version=version, gate=Gate(may_insert))
         self.thread.start()
         self.replay = replay
         self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
@@ -491,7 +495,8 @@ def test_the_data_socket_admits_exactly_the_chunks_the_replay_accepts(capacity: 
         pytest.skip("replay buffer not available")
     config = replace(small_config(), replay=ReplayConfig(capacity=capacity))
     ctx = zmq.Context()
-    registrar = Registrar(config, SPEC, {}, ctx, control_endpoint="tcp://127.0.0.1:0")
+    registrar = Registrar(SPEC, {}, ctx, transport=config.transport, collectors=config.collectors,
+                          replay=config.replay, welcome_config=config.to_dict(), control_endpoint="tcp://127.0.0.1:0")
     registrar.close()
     ctx.term()
     frame_bytes = int(np.prod(SPEC.obs_shape)) * SPEC.obs_dtype.itemsize  # 7056: more than the limit's slack

@@ -41,7 +41,7 @@ def test_tensorboard_scalars_written(tmp_path) -> None:
 
     from shared.config import Config
 
-    with MetricsLogger(tmp_path, Config()) as log:  # tensorboard on by default in LoggingConfig
+    with MetricsLogger(tmp_path, Config().logging) as log:  # tensorboard on by default in LoggingConfig
         assert log.writer is not None
         log.log({"env_steps": 50, "updates": 5, "loss": 0.5, "data_wait_frac": 0.1, "x_pos": 300.0,
                  "ratio_state": "training"})
