@@ -75,8 +75,13 @@ eval: $(TRAIN_STAMP)
 lint: install
 	$(VPY) -m ruff check .
 
+# CURVE keys for --curve-keys DIR. `make keys KEYS_DIR=keys`: the head's pair and one collector pair that
+# every machine shares. `make keys KEYS_DIR=keys CLIENTS="m1 m2"`: one pair per collector machine (added to an
+# existing DIR too; machine m1 gets keys/server.key and keys/clients/m1.key_secret and runs
+# `python -m actors --curve-keys keys --curve-client m1 ...`); deleting keys/authorized_clients/m1.key
+# refuses m1's next connection while the head runs.
 keys: install
-	$(VPY) -m shared.keys $(if $(KEYS_DIR),--dir $(KEYS_DIR),)
+	$(VPY) -m shared.keys $(if $(KEYS_DIR),--dir $(KEYS_DIR),) $(if $(CLIENTS),--client $(CLIENTS),)
 
 clean:
 	rm -rf .venv .venv-py* runs/bench .pytest_cache

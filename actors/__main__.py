@@ -1,4 +1,9 @@
-"""`python -m actors --connect ENDPOINT --collectors N [--curve-keys DIR]`.
+"""`python -m actors --connect ENDPOINT --collectors N [--curve-keys DIR [--curve-client NAME]]`.
+
+With --curve-client NAME the collectors use this machine's own key pair (DIR/clients/NAME.key_secret,
+written by `python -m shared.keys --dir DIR --client NAME`), so the head can revoke this machine
+alone; without it, the pair every machine shares (DIR/client.key_secret). Keys that are missing,
+unreadable or readable by group or others end the process with status 2 and one line.
 
 Without --slot this is a launcher: it starts N collector processes (this same command with
 --slot i --parent-pid <launcher>) and waits, forwarding SIGTERM/SIGINT. With --slot it is
@@ -29,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--connect", required=True, help="head control endpoint, e.g. tcp://127.0.0.1:5555")
     p.add_argument("--collectors", type=int, default=1, help="collector processes to start (launcher mode)")
     p.add_argument("--curve-keys", default="", help="directory with client.key_secret and server.key")
+    p.add_argument("--curve-client", default=None, metavar="NAME",
+                   help="use this machine's key pair, clients/NAME.key_secret in --curve-keys (make keys CLIENTS=NAME)")
     p.add_argument("--slot", type=int, default=None, help="run ONE collector for this slot (child mode)")
     p.add_argument("--parent-pid", type=int, default=0, help="exit when this process dies (local children)")
     p.add_argument("--register-timeout", type=float, default=60.0, help="seconds to wait for WELCOME")
@@ -46,17 +53,31 @@ def die_with_parent(parent_pid: int) -> None:
         raise SystemExit(0)
 
 
+def load_curve(args: argparse.Namespace):
+    """The collector's CURVE keys (None without --curve-keys); ConfigError (one line) for unusable ones."""
+    from shared.config import ConfigError
+    from shared.keys import load_client
+
+    if args.curve_client is not None and not args.curve_keys:
+        raise ConfigError(f"--curve-client {args.curve_client} is invalid without --curve-keys DIR")
+    return load_client(args.curve_keys, args.curve_client) if args.curve_keys else None
+
+
 def run_one(args: argparse.Namespace) -> int:
     import zmq
 
     from actors.client import RegistrationError
     from actors.session import collect
-    from shared.keys import load_client
+    from shared.config import ConfigError
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    curve = load_client(args.curve_keys) if args.curve_keys else None
+    try:
+        curve = load_curve(args)
+    except ConfigError as exc:
+        log.error("%s", " ".join(str(exc).split()))
+        return 2
     ctx = zmq.Context()
     try:
         collect(ctx, args.connect, args.slot, stop, curve, args.register_timeout)
@@ -70,6 +91,13 @@ def run_one(args: argparse.Namespace) -> int:
 
 def launch(args: argparse.Namespace) -> int:
     """Start N children and wait; SIGTERM/SIGINT are forwarded, kill only after a grace period."""
+    from shared.config import ConfigError
+
+    try:
+        load_curve(args)  # once here: unusable keys are one line, not one per child
+    except ConfigError as exc:
+        log.error("%s", " ".join(str(exc).split()))
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -80,6 +108,8 @@ def launch(args: argparse.Namespace) -> int:
                 "--log-level", args.log_level]
         if args.curve_keys:
             argv += ["--curve-keys", args.curve_keys]
+        if args.curve_client is not None:
+            argv += ["--curve-client", args.curve_client]
         procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
     while not stop.is_set() and any(p.poll() is None for p in procs):
         stop.wait(0.2)
