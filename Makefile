@@ -22,7 +22,8 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-fast test-env run bench eval lint keys clean
+.PHONY: install test test-fast test-env run bench eval lint keys clean record-golden record-scale-chunks \
+	wheelhouse wheelhouse-nes-py9
 
 install: $(STAMP)
 
@@ -82,6 +83,54 @@ lint: install
 # refuses m1's next connection while the head runs.
 keys: install
 	$(VPY) -m shared.keys $(if $(KEYS_DIR),--dir $(KEYS_DIR),) $(if $(CLIENTS),--client $(CLIENTS),)
+
+# Fixtures. tests/data/mario_golden.json pins the Mario env's rewards, infos and frames on both emulator
+# generations: rewrite it on purpose only (ARGS=--check compares instead, exit 1 on a difference).
+record-golden: install
+	$(VPY) -m tests.record_mario_golden $(ARGS)
+
+# bench/data/mario_1_1_chunks.npz: real Mario 1-1 chunks from a real Collector, replayed by bench/scale.py.
+record-scale-chunks: $(TRAIN_STAMP)
+	$(VPY) -m bench.record_scale_chunks $(ARGS)
+
+# Wheels for a machine that reaches no package registry (docs/GPU.md), into $(WHEELHOUSE)/ (git-ignored).
+# wheelhouse: everything `make install` and `make run` install for this interpreter (PYTHON=python3.X:
+# the target machine's Python, on the same platform), plus pip and the build backend, so that there
+# `PIP_NO_INDEX=1 PIP_FIND_LINKS=$$PWD/wheelhouse make install` works offline. Sdists (nes-py 8) are
+# built here. WHEEL_ARGS reaches pip (e.g. another index for a CUDA build of torch).
+WHEELHOUSE ?= wheelhouse
+WHEEL_ARGS ?=
+wheelhouse: install
+	$(PIP) download --quiet --dest $(WHEELHOUSE) "pip>=23" "setuptools>=61" wheel $(WHEEL_ARGS) $(PIP_QUIET)
+	$(PIP) wheel --quiet --wheel-dir $(WHEELHOUSE) ".[$(subst -,$(comma),$(call extras_tag,$(TORCH_EXTRA)))]" \
+		$(WHEEL_ARGS) $(PIP_QUIET)
+	rm -f $(WHEELHOUSE)/mario_apex-*.whl
+	@ls $(WHEELHOUSE)
+
+# wheelhouse-nes-py9: the emulator generation for a machine that keeps its own Python 3.12, torch and
+# numpy 2 (no venv there, or its torch must stay). nes-py 8 breaks under numpy 2 and nes-py 9 publishes
+# a cp313 wheel only; its sdist declares Python >= 3.13 but builds and runs on 3.12, so it is built here
+# (PYTHON=python3.12) against NUMPY, the machine's numpy version. Beside it: gym-super-mario-bros 9.1.0
+# (pure Python) and NES_PY9_WHEELS, requirements such a machine usually lacks (add what
+# `python3 -c "import cv2, matplotlib, PIL"` finds missing there). Installed with --no-deps (docs/GPU.md).
+NUMPY ?=
+NES_PY9_WHEELS ?= pyzmq==27.3.0 gymnasium==1.4.0 farama-notifications==0.0.6 cloudpickle==3.1.3
+wheelhouse-nes-py9:
+	@test "$(PY_TAG)" = 312 || { echo "error: wheelhouse-nes-py9 builds for Python 3.12 (PYTHON=python3.12), not $(PYTHON)" >&2; exit 2; }
+	@test -n "$(NUMPY)" || { echo "usage: make wheelhouse-nes-py9 PYTHON=python3.12 NUMPY=<the machine's numpy version>" >&2; exit 2; }
+	@mkdir -p $(WHEELHOUSE)
+	set -e; build=$$(mktemp -d); trap 'rm -rf "$$build"' EXIT; \
+	$(PYTHON) -m venv "$$build/venv"; \
+	"$$build/venv/bin/pip" install --quiet "cython>=3" "numpy==$(NUMPY)" setuptools wheel scikit-build-core cmake ninja; \
+	"$$build/venv/bin/pip" download --quiet --no-deps --no-binary nes-py --no-build-isolation --python-version 3.13 \
+		-d "$$build" nes-py==9.0.1; \
+	tar xzf "$$build"/nes_py-9.0.1.tar.gz -C "$$build"; \
+	sed -i 's/requires-python *= *">=3.13"/requires-python = ">=3.12"/' "$$build/nes_py-9.0.1/pyproject.toml"; \
+	"$$build/venv/bin/pip" wheel --quiet --no-deps --no-build-isolation -w $(WHEELHOUSE) "$$build/nes_py-9.0.1"; \
+	"$$build/venv/bin/pip" download --quiet --no-deps --only-binary=:all: -d $(WHEELHOUSE) $(NES_PY9_WHEELS); \
+	"$$build/venv/bin/pip" download --quiet --no-deps --only-binary=:all: --python-version 3.13 -d $(WHEELHOUSE) \
+		gym-super-mario-bros==9.1.0
+	@ls $(WHEELHOUSE)
 
 clean:
 	rm -rf .venv .venv-py* runs/bench .pytest_cache

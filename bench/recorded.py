@@ -1,6 +1,6 @@
 """Chunks recorded once from the real Mario 1-1 env, replayed by the scale simulation's collectors.
 
-The file (bench/data/mario_1_1_chunks.npz, written by scripts/record_scale_chunks.py) holds what
+The file (bench/data/mario_1_1_chunks.npz, written by `make record-scale-chunks`) holds what
 a real collector sent: 84x84 frames, actions, scaled rewards, flags and the initial priorities
 its network computed, one chunk after another. Stored as plain arrays (np.savez_compressed, read
 with allow_pickle=False): the chunks' frames are concatenated and `frame_offsets` cuts them apart.
@@ -35,7 +35,7 @@ def load_chunks(path: str | Path = RECORDED_CHUNKS) -> tuple[list[TransitionChun
     counted them); FileNotFoundError names the script that writes the file."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: record it with `python scripts/record_scale_chunks.py`")
+        raise FileNotFoundError(f"{path} is missing: record it with `make record-scale-chunks`")
     with np.load(path, allow_pickle=False) as data:
         off = data["frame_offsets"]
         arrays = {f: data[f] for f in _FIELDS}
