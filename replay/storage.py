@@ -80,7 +80,7 @@ def _huge_page_zeros(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     """A zeroed CPU tensor in its own private anonymous mapping, advised to use transparent huge
     pages where the kernel offers them (THP "madvise" mode, the common default): a sample reads
     ~1,000 runs of ~28 KB scattered over a ring of hundreds of MB, and 2 MB pages spare most of
-    its TLB misses (BENCHMARKS.md, issue 13). Small rings and kernels without the advice get
+    its TLB misses (BENCHMARKS.md, "Replay against the copy floor"). Small rings and kernels without the advice get
     ordinary pages; the mapping lives as long as the tensor (numpy's buffer owns it)."""
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if nbytes < 2**22 or not hasattr(mmap, "MADV_HUGEPAGE"):
@@ -160,7 +160,7 @@ class FrameStorage:
         -> `out` viewed as [len(firsts), width, *obs_shape].
 
         One index_select row per run instead of one per frame: on CPU, 1,024 runs of 4 frames
-        gather ~20% faster than the same 4,096 single frames (BENCHMARKS.md, issue 13), because
+        gather ~20% faster than the same 4,096 single frames (BENCHMARKS.md, replay section), because
         each run is one contiguous read of the ring.
         """
         windows = self._windows.get(width)
