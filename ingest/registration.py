@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import socket as pysocket
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,6 +47,7 @@ from shared.protocol import (
     validate_hello,
 )
 from shared.sizes import LogBudget
+from shared.tempdirs import owned_tempdir
 
 log = logging.getLogger(__name__)
 DRAIN_PER_ROUND = 64  # HELLOs handled per consolidation round
@@ -159,7 +159,7 @@ class Registrar:
                 self.curve = load_server(t.curve_keys_dir)
             self.control = self._socket(zmq.ROUTER, CONTROL_MAX_MSG)
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
-            self.ipc_dir = tempfile.mkdtemp(prefix="mario-apex-")
+            self.ipc_dir = owned_tempdir()  # named after this process: a later head removes it if we are killed
         except BaseException:
             self.close()
             raise

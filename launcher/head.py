@@ -40,6 +40,7 @@ from shared.config import Config
 from shared.env_factory import describe_env, env_spec_of
 from shared.keys import load_server
 from shared.protocol import ObsSpec
+from shared.tempdirs import owned_tempdir, sweep_stale
 
 log = logging.getLogger("mario_apex.head")
 
@@ -109,7 +110,8 @@ class Head:
         self._parts.append(self.ctx)
         t = cfg.transport
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
-        self.ipc_dir = Path(_short_tmpdir())
+        sweep_stale()  # ipc folders of heads killed before they could remove them
+        self.ipc_dir = Path(owned_tempdir())
         self._parts.append(self.ipc_dir)
         self.publisher = WeightPublisher(
             [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}",
@@ -379,10 +381,3 @@ def _collector_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
-
-
-def _short_tmpdir() -> str:
-    """ipc:// paths must stay under ~100 bytes, so use a short directory in /tmp."""
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="mapx-", dir="/tmp" if os.path.isdir("/tmp") else None)
