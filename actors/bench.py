@@ -18,7 +18,6 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
-import tempfile
 import time
 from dataclasses import replace
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
+from shared.tempdirs import owned_tempdir
 
 CHUNK_TRANSITIONS = 128
 N_STEP, STACK = 3, 4
@@ -78,7 +78,7 @@ def transport_tps(transport: str = "ipc", seconds: float = 2.0, sockbuf: int = 0
     sock.rcvhwm = 64
     if sockbuf:
         sock.rcvbuf = sockbuf
-    tmp = tempfile.mkdtemp(prefix="mario-apex-bench-")
+    tmp = owned_tempdir()  # removed by the next head if this bench is killed
     if transport == "ipc":
         endpoint = f"ipc://{os.path.join(tmp, 'bench.ipc')}"
         sock.bind(endpoint)
@@ -175,7 +175,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
     cfg = replace(cfg, env=EnvConfig(env_id=env_id), collectors=replace(cfg.collectors, count=1, envs_per_collector=k),
                   transport=replace(cfg.transport, head_timeout_s=3600.0))  # no head heartbeats in this bench
     ctx = zmq.Context()
-    tmp = tempfile.mkdtemp(prefix="mapx-bench-")
+    tmp = owned_tempdir()
     sink, weights = ctx.socket(zmq.DEALER), ctx.socket(zmq.PUB)
     sink.linger = weights.linger = 0
     sink.bind(f"ipc://{tmp}/data.ipc")
