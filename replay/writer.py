@@ -10,7 +10,9 @@ owns the cursor; the reader is one thread and owns the sum-tree. They share:
    up to which the writer may be writing. It is raised *before* any byte of the new segment
    (frames or metadata) is touched. A reader that gathered a row and then re-reads
    ``claimed_end`` knows the row's segment was untouched during its gather iff
-   ``segment_abs_start + capacity >= claimed_end``.
+   ``segment_abs_start + capacity >= claimed_end``. Its value lives in `claim_tensor`, one int64
+   in host memory (pinned when the frames live on a GPU), so a device-resident reader can read it
+   inside its step, after its gather (replay/device_ring.py).
 2. ``records`` -- a ``collections.deque`` of `SegmentRecord` appended only *after* the copy
    finished (after a CUDA stream sync on GPU storage). The reader learns of a segment only
    from its record, so it can never sample a half-written segment. ``extend``/``popleft``
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from replay.batch_plan import BatchPlan, plan_batch
 from replay.storage import FrameStorage
@@ -72,13 +75,23 @@ class SegmentWriter:
         self.records: collections.deque[SegmentRecord] = collections.deque()
         self.cursor = 0  # ring slot of the next segment
         self.abs_cursor = 0  # its absolute position
-        self.claimed_end = 0  # published before each copy (read by the reader)
+        self.claim_tensor = torch.zeros(1, dtype=torch.int64, pin_memory=storage.device.type == "cuda")
+        self._claim = self.claim_tensor.numpy()  # claimed_end's storage
         self.transitions_added = 0
         self.frames_stored = 0
         # writer-only mirror of "slot starts a live transition": lets len() be answered from any
         # thread without draining (the reader's tree says the same once it has drained)
         self.live_starts = np.zeros(storage.capacity, dtype=bool)
         self.live_transitions = 0
+
+    @property
+    def claimed_end(self) -> int:
+        """Published before each copy (read by the reader)."""
+        return int(self._claim[0])
+
+    @claimed_end.setter
+    def claimed_end(self, value: int) -> None:
+        self._claim[0] = value
 
     def write(self, chunk: TransitionChunk) -> int:
         """Store the chunk's complete transitions; return how many. ValueError for a bad chunk."""
