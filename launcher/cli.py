@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="any Gymnasium id (default: Mario 1-1); same as --set env.env_id=ID")
     parser.add_argument("--collectors", type=int, help="local collector processes (0 = only remote ones)")
     parser.add_argument("--bind", help="IPv4 address (or localhost) to bind; non-loopback requires --curve-keys")
-    parser.add_argument("--port", type=int, help="control port (data and weight sockets are assigned)")
+    parser.add_argument("--port", type=int,
+                        help="control port; weights on port + 1 (data sockets are assigned); 0: any free ports, "
+                             "written to <run-dir>/endpoints.json and logged")
     parser.add_argument("--curve-keys", help="directory made by `make keys` (enables CURVE authentication)")
     parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
     parser.add_argument("--max-updates", type=int, help="stop after this many learner updates")

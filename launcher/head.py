@@ -56,6 +56,7 @@ class StopAt:
 
 
 _HEAD_COUNTERS = ("env_steps", "episodes")
+ENDPOINTS_FILE = "endpoints.json"  # in the run dir while the head runs: its bound control and weights endpoints
 SUPERVISE_EVERY_S = 0.25  # how often the main loop checks collector processes
 # The data plane raising this many times with no chunk accepted in between is a bug on the head's side (a
 # peer's bad input is rejected, never raised): stop with a clear error instead of training on nothing.
@@ -171,6 +172,10 @@ class Head:
             write_snapshot=lambda d: self.learner.save_eval_snapshot(d, counters={"env_steps": self.env_steps()}),
             seed=cfg.env.seed,
         )
+        self.endpoints = {"control": self.consolidation.control_endpoint, "weights": remote_weights,
+                          "weights_local": local_weights}
+        _write_json(self.run_dir / ENDPOINTS_FILE, self.endpoints)  # port 0: where the head is reachable
+        log.info("listening: control %s, weights %s", self.endpoints["control"], remote_weights)
 
     def _undo_start(self) -> None:
         """A failed start leaves nothing behind: threads stopped, sockets closed, temp folders removed."""
@@ -353,6 +358,7 @@ class Head:
         else:
             self.ctx.term()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        (self.run_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
 
 
 def run_training(
@@ -381,3 +387,10 @@ def _collector_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all: a reader polling for `path` never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)

@@ -60,6 +60,15 @@ def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:
     return bool(predicate())
 
 
+def wait_endpoints(run_dir: Path, proc: subprocess.Popen, timeout: float = 180.0) -> dict[str, str]:
+    """The endpoints a head started with --port 0 bound (its run dir's endpoints.json, written once its sockets
+    are up); AssertionError if the head exits or the deadline passes first."""
+    path = run_dir / "endpoints.json"
+    assert wait_for(lambda: path.exists() or proc.poll() is not None, timeout), f"no {path} after {timeout} s"
+    assert path.exists(), f"the head exited with {proc.poll()} before binding its sockets"
+    return json.loads(path.read_text())
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():

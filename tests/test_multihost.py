@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.cluster_helpers import ROOT, head_env, kill_tree, read_metrics, start_head, stop_head, wait_for
+from tests.cluster_helpers import (
+    ROOT,
+    head_env,
+    kill_tree,
+    read_metrics,
+    start_head,
+    stop_head,
+    wait_endpoints,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -58,12 +66,6 @@ def netns():
         _run("ip", "netns", "del", ns)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _collector_in(ns: str, connect: str, keys: str, log_path) -> subprocess.Popen:
     argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "actors", "--connect", connect, "--collectors", "1",
             "--curve-keys", keys, "--register-timeout", "15"]
@@ -79,15 +81,14 @@ def test_remote_collector_joins_with_curve_and_wrong_key_is_refused(netns, tmp_p
     good = generate(tmp_path / "keys")
     rogue = generate(tmp_path / "rogue")
     shutil.copy(good / "server.key", rogue / "server.key")  # knows the server, but its own key is not authorized
-    port = _free_port(head_ip)
     run_dir = tmp_path / "run"
     head = start_head(["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "0", "--no-train",
-                       "--bind", head_ip, "--port", str(port), "--curve-keys", str(good), "--log-interval", "1",
+                       "--bind", head_ip, "--port", "0", "--curve-keys", str(good), "--log-interval", "1",
                        "--set", "collectors.envs_per_collector=2", "--run-dir", str(run_dir)], tmp_path / "head.out")
     collectors = []
     try:
-        assert wait_for(lambda: (run_dir / "head.log").exists(), 60)
-        connect = f"tcp://{head_ip}:{port}"
+        connect = wait_endpoints(run_dir, head)["control"]  # port 0: the ports the head bound, read back
+        assert connect.startswith(f"tcp://{head_ip}:"), connect
         collectors.append(_collector_in(ns, connect, str(good), tmp_path / "good.out"))
         assert wait_for(lambda: any(r["env_steps"] > 500 for r in read_metrics(run_dir)), 120), \
             (tmp_path / "good.out").read_text()[-2000:] + (tmp_path / "head.out").read_text()[-2000:]
