@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -95,9 +94,8 @@ def test_killed_collector_is_restarted_and_killed_head_leaves_no_orphans(tmp_pat
         collectors = children_of(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)  # the head dies without any chance to clean up
         proc.wait(timeout=10)
-        t0 = time.monotonic()
-        assert wait_for(lambda: not any(_alive(pid) for pid in collectors), 10), "collectors outlived the head"
-        assert time.monotonic() - t0 <= 10
+        # they exit by themselves (parent-death signal, then the head's silence): the deadline is generous
+        assert wait_for(lambda: not any(_alive(pid) for pid in collectors), 120), "collectors outlived the head"
     finally:
         kill_tree(proc)
 

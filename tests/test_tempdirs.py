@@ -1,5 +1,6 @@
 """Temp folders named after their owner (shared/tempdirs.py): under TMPDIR, removed by a starting head once
-their owner is gone, never while it lives. Everything happens inside the test's own temp folder."""
+their owner is gone, never while it lives. Everything happens inside the test's own temp folder
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,6 @@ from shared import tempdirs
 from tests.cluster_helpers import ROOT, head_env, kill_tree, wait_for
 
 
-@pytest.fixture
-def tmpdir_env(tmp_path_factory, monkeypatch) -> Path:
-    """A short private TMPDIR for this process (unix socket paths must stay short)."""
-    base = tmp_path_factory.mktemp("t")
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    return base
-
-
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -38,36 +31,36 @@ def _owned(base: Path, pid: int, ticks: int) -> Path:
     return path
 
 
-def test_owned_folder_is_private_under_tmpdir_and_names_its_owner(tmpdir_env):
+def test_owned_folder_is_private_under_tmpdir_and_names_its_owner(own_tmpdir):
     path = Path(tempdirs.owned_tempdir())
-    assert path.parent == tmpdir_env
+    assert path.parent == own_tmpdir
     assert path.stat().st_mode & 0o777 == 0o700
     pid = os.getpid()
     assert tempdirs.owner(path.name) == (pid, tempdirs.start_ticks(pid))
     assert tempdirs.start_ticks(pid) > 0  # Linux: the real start time, so a reused pid is told apart
 
 
-def test_sweep_removes_only_folders_whose_owner_is_gone(tmpdir_env):
+def test_sweep_removes_only_folders_whose_owner_is_gone(own_tmpdir):
     me, my_ticks = os.getpid(), tempdirs.start_ticks(os.getpid())
-    dead = _owned(tmpdir_env, _dead_pid(), 12345)
-    reused = _owned(tmpdir_env, me, my_ticks + 1)  # this pid, but a process that started at another time
-    mine = _owned(tmpdir_env, me, my_ticks)
-    parent = _owned(tmpdir_env, os.getppid(), tempdirs.start_ticks(os.getppid()))
-    foreign = [tmpdir_env / "mapx-abcd1234", tmpdir_env / "mario-apex-abcd1234", tmpdir_env / "mapx-12-x"]
+    dead = _owned(own_tmpdir, _dead_pid(), 12345)
+    reused = _owned(own_tmpdir, me, my_ticks + 1)  # this pid, but a process that started at another time
+    mine = _owned(own_tmpdir, me, my_ticks)
+    parent = _owned(own_tmpdir, os.getppid(), tempdirs.start_ticks(os.getppid()))
+    foreign = [own_tmpdir / "mapx-abcd1234", own_tmpdir / "mario-apex-abcd1234", own_tmpdir / "mapx-12-x"]
     for path in foreign:  # no recorded owner (older versions, other tools): never touched
         path.mkdir()
-    (tmpdir_env / "mapx-1-2-file").write_text("not a folder")
+    (own_tmpdir / "mapx-1-2-file").write_text("not a folder")
     removed = tempdirs.sweep_stale()
     assert sorted(removed) == sorted([str(dead), str(reused)])
     assert not dead.exists() and not reused.exists()
     assert mine.exists() and parent.exists() and all(p.exists() for p in foreign)
-    assert (tmpdir_env / "mapx-1-2-file").exists()
+    assert (own_tmpdir / "mapx-1-2-file").exists()
     assert tempdirs.sweep_stale() == []
 
 
-def test_a_folder_whose_socket_still_listens_is_kept(tmpdir_env):
+def test_a_folder_whose_socket_still_listens_is_kept(own_tmpdir):
     """A dead-looking owner whose socket answers (a head in another pid namespace sharing this temp dir)."""
-    folder = tmpdir_env / f"{tempdirs.PREFIX}{_dead_pid()}-1-abcd1234"
+    folder = own_tmpdir / f"{tempdirs.PREFIX}{_dead_pid()}-1-abcd1234"
     folder.mkdir()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(folder / "weights.ipc"))
@@ -100,10 +93,10 @@ def _folders_of(tmpdir: Path, pid: int) -> set[Path]:
 
 
 @pytest.mark.slow
-def test_a_killed_heads_folders_are_removed_by_the_next_head_and_a_live_ones_kept(tmp_path_factory):
+def test_a_killed_heads_folders_are_removed_by_the_next_head_and_a_live_ones_kept(own_tmpdir, tmp_path_factory):
     """kill -9 leaves a head's ipc folders (it cannot clean up); the next head's start removes them, and
     keeps the folders of a head that still runs."""
-    tmpdir = tmp_path_factory.mktemp("t")
+    tmpdir = own_tmpdir
     work = tmp_path_factory.mktemp("heads")
     live = _head(tmpdir, work / "live", work / "live.out")
     victim = _head(tmpdir, work / "victim", work / "victim.out")
