@@ -49,6 +49,18 @@ class UpdateMeter:
         self.samples += int(samples)
         self.loop_s += float(loop_s)
 
+    @property
+    def device_sums(self) -> Any:
+        """The float32 [4] device tensor (loss, |TD| sum, Q sum, grad-norm sum) that `read` folds and zeroes:
+        a device-resident update adds its values into it in place and reports only counts (`count`)."""
+        return self._dev
+
+    def count(self, samples: int, loop_s: float) -> None:
+        """One update whose values were added into `device_sums` on the device."""
+        self.updates += 1
+        self.samples += int(samples)
+        self.loop_s += float(loop_s)
+
     def read(self, wait_s: float) -> dict[str, Any]:
         """loss, td_error, mean_q, grad_norm, updates_per_s, samples_per_s, data_wait_frac."""
         now = self._clock()

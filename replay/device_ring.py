@@ -32,7 +32,8 @@ a checkpoint saves it) and `pull()` copies the whole reader state back (after a 
 Uniforms. A draw needs one uniform per stratum. They come from the reader's own numpy generator
 (`reader.rng`, checkpointed with the replay), `uniform_rows` draws at a time, copied to the device
 in one transfer: the stream of uniforms is the one `sample()` would have consumed, so the device
-sampler draws the host sampler's slots, and a resumed run continues the saved generator.
+sampler draws the host sampler's slots; `rewind_uniforms` puts the generator back over the rows not
+used yet before a checkpoint saves it, so a resumed run draws what an uninterrupted one draws.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class DeviceRing:
         self._uniform_staging = [_Staging((uniform_rows, batch), self.device) for _ in range(2)]
         self._next_staging = 0
         self._filled_for = -1  # the update count the uniforms were last filled for (-1: never)
+        self._block_state: dict = {}  # the generator's state before that fill
         self._table_staging: _Staging | None = None
         self.pull()
 
@@ -156,6 +158,7 @@ class DeviceRing:
             return False
         staging = self._uniform_staging[self._next_staging]
         self._next_staging = 1 - self._next_staging
+        self._block_state = self.reader.rng.bit_generator.state
         draws = self.reader.rng.random((rows, self.batch))  # the order sample() would consume them in
         np.copyto(staging.ready(), np.roll(draws, updates % rows, axis=0))
         staging.copy_to(self.uniforms, staging.host)
@@ -164,4 +167,18 @@ class DeviceRing:
 
     def discard_uniforms(self) -> None:
         """Forget the uniforms drawn ahead (e.g. after the generator was restored): the next step refills."""
+        self._filled_for = -1
+
+    def rewind_uniforms(self, next_update: int) -> None:
+        """Put the reader's generator where `sample()` would have left it before update `next_update`:
+        back over the uniforms drawn ahead but not used yet (so a checkpoint saves that state and a resumed
+        run draws what an uninterrupted one draws); the next step refills from there."""
+        if self._filled_for < 0:
+            return
+        used = next_update - self._filled_for
+        if not 0 <= used <= self.uniform_rows:
+            raise ValueError(f"rewind_uniforms({next_update}): the uniforms were drawn for updates "
+                             f"{self._filled_for}..{self._filled_for + self.uniform_rows - 1}")
+        self.reader.rng.bit_generator.state = self._block_state
+        self.reader.rng.random((used, self.batch))
         self._filled_for = -1

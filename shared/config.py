@@ -23,6 +23,7 @@ ATARI_PREFIX = "ALE/"  # ale-py's Gymnasium namespace: ALE/Pong-v5, ALE/Breakout
 ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (shared/mario_actions.py)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+STEP_MODES = ("eager", "device", "captured")
 DEVICES = ("auto", "cpu", "cuda")
 STORAGE_DEVICES = ("auto", "cpu", "learner")
 
@@ -118,6 +119,12 @@ class LearnerConfig:
     hidden: int = 512  # width of the head's hidden layer
     precision: str = "auto"  # auto: bf16 on CPU, fp16 (or bf16) on CUDA
     compile_mode: str = "off"  # torch.compile mode; off avoids compile time on small machines
+    # How an update runs. eager: replay sampled on the host (prefetch thread), networks per compile_mode.
+    # device: the whole update (prioritized draw, stacks, loss, backward, clip, Adam, priorities, target)
+    # as tensor ops on the learner's device, no host sync. captured: the same step compiled with
+    # fullgraph=True and, on CUDA, replayed as one CUDA graph per update (learner/device_runner.py).
+    # device/captured need compile_mode=off and the replay frames on the learner's device.
+    step_mode: str = "eager"
     warmup_transitions: int = 5_000  # replay size before learning starts
     samples_per_insert: float = 4.0  # replay ratio target: sampled transitions per inserted one (0 = unlimited)
     max_insert_lead: int = 0  # collectors may run this many transitions ahead of the ratio, then wait (0 = never wait, Ape-X)
