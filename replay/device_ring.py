@@ -58,18 +58,18 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 class _Staging:
     """A host buffer for host-to-device copies: pinned, and reused only once its last copy finished,
-    when the target is a GPU; a plain tensor on the CPU."""
+    when the target is a GPU; a plain tensor on the CPU. `take(shape)` is a contiguous view of its start
+    (a pinned source must be contiguous for the copy to stay asynchronous)."""
 
-    def __init__(self, shape: tuple[int, ...], device: torch.device) -> None:
+    def __init__(self, numel: int, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.host = torch.zeros(shape, dtype=torch.float64, pin_memory=self.cuda)
-        self.array = self.host.numpy()
+        self.flat = torch.zeros(numel, dtype=torch.float64, pin_memory=self.cuda)
         self._done = None
 
-    def ready(self) -> np.ndarray:
+    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
         if self._done is not None:
             self._done.synchronize()
-        return self.array
+        return self.flat[: int(np.prod(shape))].view(shape)
 
     def copy_to(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src, non_blocking=self.cuda)
@@ -96,7 +96,7 @@ class DeviceRing:
         self.frames = storage.frames
         self.claim = self.writer.claim_tensor
         self.uniforms = torch.zeros((uniform_rows, batch), dtype=torch.float64, device=self.device)
-        self._uniform_staging = [_Staging((uniform_rows, batch), self.device) for _ in range(2)]
+        self._uniform_staging = [_Staging(uniform_rows * batch, self.device) for _ in range(2)]
         self._next_staging = 0
         self._filled_for = -1  # the update count the uniforms were last filled for (-1: never)
         self._block_state: dict = {}  # the generator's state before that fill
@@ -126,10 +126,11 @@ class DeviceRing:
 
     def _copy_columns(self, start: int, stop: int) -> None:
         n = stop - start
-        if self._table_staging is None or self._table_staging.array.shape[1] < n:
-            self._table_staging = _Staging((ROWS, max(n, 1024)), self.device)
+        if self._table_staging is None or self._table_staging.flat.numel() < ROWS * n:
+            self._table_staging = _Staging(ROWS * max(n, 1024), self.device)
         staging = self._table_staging
-        rows = staging.ready()[:, :n]
+        host = staging.take((ROWS, n))
+        rows = host.numpy()
         st = self.storage
         rows[MASS] = self.reader.tree.leaves(slice(start, stop))
         rows[SEG_ABS] = self.reader.seg_abs[start:stop]
@@ -138,7 +139,7 @@ class DeviceRing:
         rows[DISC] = st.disc[start:stop]
         rows[BOOT] = st.boot[start:stop]
         rows[FLOOR] = st.floor[start:stop]
-        staging.copy_to(self.table[:, start:stop], staging.host[:, :n])
+        staging.copy_to(self.table[:, start:stop], host)
 
     # ------------------------------------------------------------------ device -> reader state
     def push(self) -> None:
@@ -160,8 +161,9 @@ class DeviceRing:
         self._next_staging = 1 - self._next_staging
         self._block_state = self.reader.rng.bit_generator.state
         draws = self.reader.rng.random((rows, self.batch))  # the order sample() would consume them in
-        np.copyto(staging.ready(), np.roll(draws, updates % rows, axis=0))
-        staging.copy_to(self.uniforms, staging.host)
+        host = staging.take((rows, self.batch))
+        np.copyto(host.numpy(), np.roll(draws, updates % rows, axis=0))
+        staging.copy_to(self.uniforms, host)
         self._filled_for = updates
         return True
 

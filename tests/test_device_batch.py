@@ -46,7 +46,9 @@ def make_buffer(capacity: int, seed: int = 3) -> ReplayBuffer:
 
 def check_rows(obs: np.ndarray, nxt: np.ndarray, actions: np.ndarray, returns: np.ndarray,
                discounts: np.ndarray, table: dict) -> None:
-    """Every row's stacks, bootstrap frame and targets against the ground truth."""
+    """Every row's stacks, bootstrap frame and targets against the ground truth (no rows: nothing to check)."""
+    if len(obs) == 0:
+        return
     ho, hn = headers(obs), headers(nxt)
     check_stacks(ho, ho[:, -1, 2], STACK)
     check_stacks(hn, hn[:, -1, 2], STACK)
