@@ -20,7 +20,7 @@ import torch
 from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
-from shared.env_factory import env_spec_of, episode_continues, episode_info, make_env
+from shared.env_factory import env_spec, episode_continues, episode_info, make_env
 from shared.exploration import annealed_epsilon
 from shared.network import build_q_network
 from shared.protocol import EpisodeSummary
@@ -67,14 +67,15 @@ class Collector:
             raise ValueError(f"epsilon: expected one value or {k} values in [0, 1], got {epsilon!r}")
         self.epsilons = eps
         self.eps_decay_updates = int(config.collectors.eps_decay_updates)
-        self.reward_scale = float(config.env.reward_scale)  # what is learned from; returns stay unscaled
         self.link = link
         self.envs = []
         for _ in range(k):  # emulators take a while to start: tell the head we are alive meanwhile
             self.link.maybe_heartbeat()
             self.envs.append(make_env(config.env))
-        shape, dtype, num_actions, self.stack = env_spec_of(config.env)
-        self.obs_shape, self.obs_dtype, self.num_actions = tuple(int(d) for d in shape), np.dtype(dtype), int(num_actions)
+        self.spec = spec = env_spec(config.env, self.envs[0])  # read from an env it runs: none built for it
+        self.reward_scale = spec.reward_scale  # what is learned from; returns stay unscaled
+        self.obs_shape, self.obs_dtype = spec.obs_shape, spec.obs_dtype
+        self.stack, self.num_actions = spec.stack, spec.num_actions
         lc = config.learner
         self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling).eval()
         self.weight_version = 0

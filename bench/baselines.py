@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from bench.workers import STARTUP_TIMEOUT_S, WorkerGroup
-from shared.config import Config, EnvConfig, is_atari, is_mario
+from shared.config import Config, EnvConfig, LearnerConfig, ReplayConfig, is_atari, is_mario
+from shared.env_spec import EnvSpec
 
 # ---------------------------------------------------------------------- env helpers
 
@@ -67,12 +68,12 @@ def make_raw_env(env_id: str) -> Any:
     return gymnasium.make(env_id).unwrapped
 
 
-def make_project_env(env_config: EnvConfig) -> tuple[Any, tuple[int, ...], Any, int, int]:
-    """(env, obs_shape, obs_dtype, num_actions, stack) from the project's env factory, as collectors build it."""
-    from shared.env_factory import env_spec_of, make_env
+def make_project_env(env_config: EnvConfig) -> tuple[Any, EnvSpec]:
+    """(env, its EnvSpec) from the project's env factory, as collectors build it (the spec read from that env)."""
+    from shared.env_factory import env_spec, make_env
 
-    obs_shape, obs_dtype, num_actions, stack = env_spec_of(env_config)
-    return make_env(env_config), tuple(obs_shape), obs_dtype, int(num_actions), int(stack)
+    env = make_env(env_config)
+    return env, env_spec(env_config, env)
 
 
 # ---------------------------------------------------------------------- emulator ceiling
@@ -203,8 +204,9 @@ def _naive_collector(
         env_config = EnvConfig(**env_dict)
         built = [make_project_env(env_config) for _ in range(num_envs)]
         envs = [b[0] for b in built]
-        _, obs_shape, _, num_actions, stack = built[0]
-        net = build_q_network(obs_shape, stack, num_actions, hidden, dueling).eval()
+        spec = built[0][1]
+        stack, num_actions = spec.stack, spec.num_actions
+        net = build_q_network(spec.obs_shape, stack, num_actions, hidden, dueling).eval()
         rng = np.random.default_rng(env_config.seed + index)
         frames: list[deque[np.ndarray]] = []
         for i, env in enumerate(envs):
@@ -235,15 +237,14 @@ def _naive_collector(
 class NaiveLearner:
     """The same update the real learner runs: Nature CNN, dueling, double DQN, Huber, Adam, clip."""
 
-    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], stack: int, num_actions: int) -> None:
+    def __init__(self, lc: LearnerConfig, rc: ReplayConfig, spec: EnvSpec) -> None:
         import torch
 
         from shared.network import build_q_network
 
-        lc = cfg.learner
         device = lc.device if lc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(device)
-        self.net = build_q_network(obs_shape, stack, num_actions, lc.hidden, lc.dueling).to(self.device)
+        self.net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling).to(self.device)
         self.target = copy.deepcopy(self.net).eval()
         self.opt = torch.optim.Adam(self.net.parameters(), lr=lc.lr, eps=lc.adam_eps)
         try:  # the precision our learner would run, so the comparison is of pipelines, not dtypes
@@ -257,7 +258,7 @@ class NaiveLearner:
             use_scaler = precision == "fp16"
         self.precision = precision
         self.scaler = torch.amp.GradScaler(device) if use_scaler else None
-        self.gamma, self.double_q, self.clip = cfg.replay.gamma, lc.double_q, lc.max_grad_norm
+        self.gamma, self.double_q, self.clip = rc.gamma, lc.double_q, lc.max_grad_norm
         self.target_every, self.updates = lc.target_update_every, 0
 
     def update(self, batch: list[tuple[Any, ...]]) -> float:
@@ -304,11 +305,11 @@ def run_naive_pipeline(
     """
     import torch
 
-    from shared.env_factory import env_spec_of
+    from shared.env_factory import env_spec
 
     torch.set_num_threads(cfg.learner.torch_threads)
     c = cfg.collectors
-    obs_shape, _, num_actions, stack = env_spec_of(cfg.env)
+    spec = env_spec(cfg.env)
     import multiprocessing as mp
 
     data_q = mp.get_context("spawn").Queue()  # unbounded, as in the seed
@@ -346,7 +347,7 @@ def run_naive_pipeline(
                               "policy": "local net copy, eps-greedy, no weight sync", "transport": "mp.Queue, 1 transition/put",
                               "batch_size": cfg.learner.batch_size}
     out: dict[str, dict[str, Any]] = {}
-    learner = NaiveLearner(cfg, tuple(obs_shape), int(stack), int(num_actions)) if "train" in phases else None
+    learner = NaiveLearner(cfg.learner, cfg.replay, spec) if "train" in phases else None
     drainer = threading.Thread(target=naive_drain, args=(data_q, replay, lock, consumed, stop_drain),
                                name="naive-drain", daemon=True)
     with WorkerGroup(_naive_collector, args, data_queue=data_q) as group:

@@ -34,11 +34,13 @@ from learner.precision import cpu_has_native_bf16, resolve_precision
 from learner.trainer import Learner
 from shared.batch import SampleBatch
 from shared.config import Config, LearnerConfig
+from shared.env_spec import EnvSpec
 
 BLOCK_S = 0.2  # a timed block of updates lasts at least this long (one device sync per block)
 OBS_SHAPE = (84, 84)
 STACK = 4
 NUM_ACTIONS = 7
+SPEC = EnvSpec(OBS_SHAPE, np.uint8, NUM_ACTIONS, STACK)  # Mario's: 4 x 84x84 uint8 frames, the simple action set
 
 
 class RandomReplay:
@@ -105,7 +107,8 @@ def _sync(device: torch.device) -> None:
 
 def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: float, min_updates: int,
              warmup: int, channels_last: bool | None = None) -> dict[str, Any]:
-    learner = Learner(cfg, OBS_SHAPE, np.uint8, STACK, NUM_ACTIONS, replay, device, channels_last=channels_last)
+    learner = Learner(cfg.learner, cfg.replay, SPEC, replay, device, meter_window_s=cfg.logging.interval_s,
+                      channels_last=channels_last)
     try:
         learner.run_updates(warmup)
         _sync(device)

@@ -77,19 +77,18 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         from learner.broadcast import WeightPublisher
         from replay.buffer import ReplayBuffer
         from shared.config import Config
-        from shared.env_factory import env_spec_of
+        from shared.env_factory import env_spec
         from shared.protocol import ObsSpec
 
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
-        obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
-        replay = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, torch.device("cpu"))
+        env = env_spec(cfg.env)
+        replay = ReplayBuffer.from_config(cfg, env.obs_shape, env.obs_dtype, env.stack, torch.device("cpu"))
         chunks, _ = load_chunks()
         while replay.transitions_added < PREFILL_TRANSITIONS:  # before the consolidation thread: one writer
             for chunk in chunks:
                 replay.add_chunk(chunk)
-        spec = ObsSpec(tuple(obs_shape), obs_dtype, num_actions, max_abs_reward=cfg.env.max_abs_reward,
-                       max_abs_obs=cfg.env.max_abs_obs)
+        spec = ObsSpec.of(env)
         ctx = zmq.Context()
         ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
         ipc_dir = tempfile.mkdtemp(prefix="mapx-scale-")
@@ -99,7 +98,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
                               transport=cfg.transport, collectors=cfg.collectors, replay=cfg.replay,
                               welcome_config=cfg.to_dict(), control_endpoint="tcp://127.0.0.1:0",
                               num_collectors=CAPACITY_COLLECTORS)
-        consolidation = ConsolidationThread(replay, spec, registrar, transport=cfg.transport, env=cfg.env,
+        consolidation = ConsolidationThread(replay, spec, registrar, transport=cfg.transport,
                                             collectors=cfg.collectors, episode_window=cfg.logging.episode_window,
                                             latest_weight_version=lambda: publisher.version)
         consolidation.start()
@@ -159,14 +158,15 @@ def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any,
         from actors.client import HeadLink, register
         from bench.recorded import load_chunks
         from shared.config import Config
-        from shared.env_factory import env_spec_of
+        from shared.env_factory import env_spec
         from shared.network import build_q_network
         from shared.protocol import BYE, encode_simple, send_parts
 
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
-        obs_shape, _, num_actions, stack = env_spec_of(cfg.env)
-        template = build_q_network(obs_shape, stack, num_actions, cfg.learner.hidden, cfg.learner.dueling).state_dict()
+        spec = env_spec(cfg.env)
+        template = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, cfg.learner.hidden,
+                                   cfg.learner.dueling).state_dict()
         chunks, counts = load_chunks()
         ctx = zmq.Context()
         ready_q.put(index)

@@ -40,7 +40,7 @@ from ingest.consolidation_types import (
 from ingest.peers import CollectorState, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
-from shared.config import CollectorConfig, EnvConfig, TransportConfig
+from shared.config import CollectorConfig, TransportConfig
 from shared.exploration import annealed_epsilon
 from shared.protocol import (
     BYE,
@@ -75,16 +75,15 @@ class ConsolidationThread(threading.Thread):
         registrations: Registrations,
         *,
         transport: TransportConfig,
-        env: EnvConfig,
         collectors: CollectorConfig,
         episode_window: int,
         latest_weight_version: Callable[[], int] = lambda: 0,
         buffer_size: Callable[[], int] | None = None,
         gate: InsertGate = ALWAYS_OPEN,
     ) -> None:
-        """`transport`: credits, parking, reclaim and stall timeouts; `env`: the reward bound an episode
-        summary is checked against; `collectors`: the epsilon schedule stats() reports; `episode_window`:
-        recent episodes kept (logging.episode_window)."""
+        """`spec`: what chunks must match, and the reward bound an episode summary is checked against;
+        `transport`: credits, parking, reclaim and stall timeouts; `collectors`: the epsilon schedule stats()
+        reports; `episode_window`: recent episodes kept (logging.episode_window)."""
         super().__init__(name="consolidation", daemon=True)
         self.replay = replay
         self.spec = spec
@@ -92,8 +91,8 @@ class ConsolidationThread(threading.Thread):
         self.latest_weight_version = latest_weight_version
         self.transport = t = transport
         self.eps_decay_updates = collectors.eps_decay_updates
-        # summaries carry unscaled returns; env.max_abs_reward bounds the scaled rewards chunks carry
-        self.max_abs_reward = float(env.max_abs_reward) / float(env.reward_scale)
+        # summaries carry unscaled returns; spec.max_abs_reward bounds the scaled rewards chunks carry
+        self.max_abs_reward = float(spec.max_abs_reward) / float(spec.reward_scale)
         self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
         # parked chunks per collector before its socket is left unread: with credits one more than it may have
         # in flight, so a collector that keeps the rule is always read (its heartbeats too)

@@ -91,11 +91,7 @@ def open_files_room(registrations: int) -> int:
 
 def data_max_msg_bytes(spec: ObsSpec, max_chunk_frames: int) -> int:
     """Largest frame a collector may send: a chunk's observations (other frames are smaller)."""
-    per_frame = 1
-    for d in spec.obs_shape:
-        per_frame *= int(d)
-    per_frame *= spec.obs_dtype.itemsize if hasattr(spec.obs_dtype, "itemsize") else 1
-    return max(HEADER_SIZE, max_chunk_frames * max(per_frame, 8)) + 4096
+    return max(HEADER_SIZE, max_chunk_frames * max(spec.frame_bytes, 8)) + 4096
 
 
 

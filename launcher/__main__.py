@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     # sockets, threads) itself before the exception gets here.
     try:
         head = Head(cfg, opts.run_dir, train=opts.train, resume=opts.resume, inprocess=opts.inprocess,
-                    launcher=opts.launcher, ray_address=opts.ray_address)
+                    launcher=opts.launcher, ray_address=opts.ray_address, env_spec=opts.env_spec)
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", _one_line(exc))
         return EXIT_BAD_INPUT

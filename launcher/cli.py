@@ -23,6 +23,7 @@ from pathlib import Path
 from config_optimized import PROFILES, load_config
 from shared.config import Config, ConfigError, TransportConfig
 from shared.config_checks import check_memory
+from shared.env_spec import EnvSpec
 
 # Exit statuses of `python -m launcher` (the --help epilog lists them for a supervisor).
 EXIT_OK = 0
@@ -62,6 +63,7 @@ class RunOptions:
     inprocess: bool = False  # collectors as threads of the head (debugging: one process, one log)
     launcher: str = "local"  # who runs the collectors: "local" (child processes) or "ray" (actors on a Ray cluster)
     ray_address: str = ""  # the Ray cluster to join ("" = Ray's rule: RAY_ADDRESS, else a new local Ray)
+    env_spec: EnvSpec | None = None  # the env's spec as the checks read it: the head reuses it (no second build)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,7 +136,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
     cfg = replace(cfg, logging=replace(cfg.logging, run_dir=str(run_dir)))
     cfg.check_valid()
     check_run_dir(run_dir)
-    check_runtime(cfg, resume)
+    spec = check_runtime(cfg, resume)
     return cfg, RunOptions(
         run_dir=run_dir,
         resume=resume,
@@ -146,6 +148,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         inprocess=args.inprocess,
         launcher=args.launcher,
         ray_address=args.ray_address or "",
+        env_spec=spec,
     )
 
 
@@ -178,14 +181,14 @@ def check_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"--run-dir {run_dir} is invalid: {probe} is not writable")
 
 
-def check_runtime(cfg: Config, resume: Path | None = None) -> None:
-    """The checks that need more than the config: env id and spaces, memory with the real obs geometry,
-    CURVE keys, CUDA, a checkpoint to resume and free TCP ports. ConfigError (one line) for each."""
-    from shared.env_factory import env_spec_of  # gymnasium: imported only once the config itself is valid
+def check_runtime(cfg: Config, resume: Path | None = None) -> EnvSpec:
+    """The checks that need more than the config: env id and spaces, memory with the real EnvSpec,
+    CURVE keys, CUDA, a checkpoint to resume and free TCP ports. ConfigError (one line) for each.
+    Returns the EnvSpec it read (the head takes it rather than building the env again)."""
+    from shared.env_factory import env_spec  # gymnasium: imported only once the config itself is valid
 
-    obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
-    obs_bytes = obs_dtype.itemsize * math.prod(obs_shape)
-    check_memory(cfg, obs_shape=tuple(obs_shape), obs_bytes=obs_bytes, stack=stack, num_actions=num_actions)
+    spec = env_spec(cfg.env)
+    check_memory(cfg, spec=spec)
     if cfg.transport.curve_keys_dir:
         from shared.keys import load_server
 
@@ -202,6 +205,7 @@ def check_runtime(cfg: Config, resume: Path | None = None) -> None:
         except CheckpointError as exc:
             raise ConfigError(f"--resume {exc}") from exc
     check_ports(cfg.transport)
+    return spec
 
 
 def check_ports(t: TransportConfig) -> None:

@@ -1,7 +1,8 @@
 """The head process: replay, consolidation thread, learner, weight publisher and local collectors.
 
 `Head` wires the parts together in the order that keeps failures cheap: the config is already
-validated, then the env spec is read, the replay allocated, sockets bound, the learner built
+validated, then the env's EnvSpec is read (one env built at most; the CLI hands over the one it read
+for its checks), the replay allocated, sockets bound, the learner built
 and (on --resume) restored, and only then are collector processes started. The main thread runs
 the learner and, between updates, the periodic work: progress lines, metrics, supervision,
 checkpoints and stop conditions. Shutdown reverses the order: collectors are told to stop
@@ -37,7 +38,8 @@ from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from replay.rate_limiter import RateLimiter
 from shared.config import Config
-from shared.env_factory import describe_env, env_spec_of
+from shared.env_factory import env_spec
+from shared.env_spec import EnvSpec
 from shared.keys import load_server
 from shared.protocol import ObsSpec
 from shared.tempdirs import owned_tempdir, sweep_stale
@@ -81,19 +83,22 @@ class Head:
     final_checkpoint_error: str | None = None  # why close() could not write the final checkpoint
 
     def __init__(self, cfg: Config, run_dir: Path, train: bool = True, resume: Path | None = None,
-                 inprocess: bool = False, launcher: str = "local", ray_address: str = "") -> None:
+                 inprocess: bool = False, launcher: str = "local", ray_address: str = "",
+                 env_spec: EnvSpec | None = None) -> None:
+        """`env_spec`: the env's spec when the caller has read it already (the CLI does, to check memory);
+        None: the head reads it. Either way the env is built at most once."""
         self._closed = False
         self._parts: list[Any] = []  # what a failed start must undo, in order of creation
         self.inprocess = inprocess  # collectors as threads over inproc:// (one process, one debugger, one log)
         self.launcher = launcher  # "local": child processes of the head; "ray": actors on a Ray cluster
         self.ray_address = ray_address
         try:
-            self._start(cfg, run_dir, train, resume)
+            self._start(cfg, run_dir, train, resume, env_spec)
         except BaseException:
             self._undo_start()
             raise
 
-    def _start(self, cfg: Config, run_dir: Path, train: bool, resume: Path | None) -> None:
+    def _start(self, cfg: Config, run_dir: Path, train: bool, resume: Path | None, spec: EnvSpec | None) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.train = train
@@ -101,11 +106,11 @@ class Head:
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
         torch.set_num_threads(cfg.learner.torch_threads)
         self.device = resolve_device(cfg.learner.device)
-        self.obs_shape, self.obs_dtype, self.num_actions, self.stack = env_spec_of(cfg.env)
+        self.env_spec = spec = env_spec(cfg.env) if spec is None else spec  # what every part below is sized by
         # the env's choices: preprocessing, image (CNN) or vector (MLP) path, observation, actions
-        log.info("env %s: %s; obs %s %s, stack %d; learner on %s", cfg.env.env_id, describe_env(cfg.env),
-                 self.obs_shape, self.obs_dtype, self.stack, self.device)
-        self.replay = ReplayBuffer.from_config(cfg, self.obs_shape, self.obs_dtype, self.stack, self.device)
+        log.info("env %s: %s; obs %s %s, stack %d; learner on %s", cfg.env.env_id, spec.description,
+                 spec.obs_shape, spec.obs_dtype, spec.stack, self.device)
+        self.replay = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, self.device)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # room for every registration (before the first socket)
         self._parts.append(self.ctx)
@@ -124,15 +129,15 @@ class Head:
         # one rate limiter: the learner asks it before sampling, the consolidation thread before inserting
         self.limiter = RateLimiter.for_learner(cfg.learner, cfg.learner.batch_size * cfg.learner.grad_accum_steps,
                                                lambda: int(self.replay.transitions_added))
-        self.learner = Learner(cfg, self.obs_shape, self.obs_dtype, self.stack, self.num_actions, self.replay,
-                               self.device, on_weights=self.publisher.publish, rate_limiter=self.limiter)
+        self.learner = Learner(cfg.learner, cfg.replay, spec, self.replay, self.device,
+                               on_weights=self.publisher.publish, config_json=cfg.to_json(),
+                               meter_window_s=cfg.logging.interval_s, rate_limiter=self.limiter)
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
-        spec = ObsSpec(tuple(self.obs_shape), self.obs_dtype, self.num_actions,
-                       max_abs_reward=cfg.env.max_abs_reward, max_abs_obs=cfg.env.max_abs_obs)
+        obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
         registrar = Registrar(
-            spec, {"local": local_weights, "remote": remote_weights,
+            obs_spec, {"local": local_weights, "remote": remote_weights,
                    **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
             self.ctx, transport=t, collectors=cfg.collectors, replay=cfg.replay, welcome_config=cfg.to_dict(),
             num_collectors=max(1, cfg.collectors.count),
@@ -140,7 +145,7 @@ class Head:
         )
         self._parts.append(registrar)
         self.consolidation = ConsolidationThread(
-            self.replay, spec, registrar, transport=t, env=cfg.env, collectors=cfg.collectors,
+            self.replay, obs_spec, registrar, transport=t, collectors=cfg.collectors,
             episode_window=cfg.logging.episode_window, latest_weight_version=lambda: self.publisher.version,
             gate=self.limiter,
         )

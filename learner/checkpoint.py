@@ -54,12 +54,28 @@ from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers cat
     check_torch_rng,
     nonfinite_report,
 )
+from shared.env_spec import EnvSpec
 
 FORMAT_VERSION = 1
 DIR_NAME = "checkpoint"
 OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
 REPLAY_DIR = "replay"
+
+
+def geometry_of(spec: EnvSpec, hidden: int, dueling: bool) -> dict[str, Any]:
+    """meta.json's geometry record of a learner on `spec`: what a checkpoint must match to be loaded.
+
+    Its keys and value types are fixed (every checkpoint written so far has them): obs_shape (list),
+    obs_dtype (numpy's dtype.str, e.g. "|u1"), stack, num_actions, hidden, dueling."""
+    return {
+        "obs_shape": [int(d) for d in spec.obs_shape],
+        "obs_dtype": np.dtype(spec.obs_dtype).str,
+        "stack": int(spec.stack),
+        "num_actions": int(spec.num_actions),
+        "hidden": int(hidden),
+        "dueling": bool(dueling),
+    }
 
 
 @dataclass

@@ -44,8 +44,9 @@ from learner.prefetch import PrefetchSource, SyncSource
 from learner.update import apply_update, compile_networks
 from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
-from shared.config import Config
-from shared.network import build_q_network, is_image_obs
+from shared.config import LearnerConfig, ReplayConfig
+from shared.env_spec import EnvSpec
+from shared.network import build_q_network
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
 
@@ -67,22 +68,28 @@ class Replay(Protocol):
 class Learner:
     def __init__(
         self,
-        cfg: Config,
-        obs_shape: tuple[int, ...],
-        obs_dtype: Any,
-        stack: int,
-        num_actions: int,
+        learner_config: LearnerConfig,
+        replay_config: ReplayConfig,
+        spec: EnvSpec,
         replay: Replay,
         device: torch.device | str,
         on_weights: WeightsCallback | None = None,
         *,
+        config_json: str = "{}",
+        meter_window_s: float = 10.0,
         rate_limiter: RateLimiter | None = None,
         channels_last: bool | None = None,
         prefetch_depth: int = 2,
     ) -> None:
-        lc = cfg.learner
-        self.cfg = cfg
+        """`learner_config`: the network, optimizer, precision and update schedule; `replay_config`: the
+        importance-sampling exponent's annealing (beta_start, beta_steps); `spec`: the env the network is
+        built for; `config_json`: the run's config as checkpoints record it (config.json, `Config.to_json()`);
+        `meter_window_s`: the window of the rates and means `stats()` reports (logging.interval_s)."""
+        lc = learner_config
         self.lc = lc
+        self.replay_config = replay_config
+        self.spec = spec
+        self.config_json = config_json
         self.replay = replay
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -90,21 +97,14 @@ class Learner:
         self.on_weights = on_weights
         if self.device.type == "cpu":
             torch.set_num_threads(lc.torch_threads)
-        self.geometry = {
-            "obs_shape": [int(d) for d in obs_shape],
-            "obs_dtype": np.dtype(obs_dtype).str,
-            "stack": int(stack),
-            "num_actions": int(num_actions),
-            "hidden": int(lc.hidden),
-            "dueling": bool(lc.dueling),
-        }
-        image = is_image_obs(obs_shape)
+        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling)  # meta.json's record, checked on load
+        image = spec.image
         # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
         # measured no consistent gain (BENCHMARKS.md, "Design measurements"), so it stays off there
         # (the learner bench reports fp32_cl_b* to recheck).
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        self.online = build_q_network(obs_shape, stack, num_actions, lc.hidden, lc.dueling).to(
+        self.online = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling).to(
             self.device, memory_format=fmt
         )
         self.target = copy.deepcopy(self.online)
@@ -145,8 +145,7 @@ class Learner:
             self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
             self.compile_error, self.compile_s = result.error, result.seconds
         self._source: SyncSource | PrefetchSource | None = None
-        window = float(getattr(getattr(cfg, "logging", None), "interval_s", 10.0))
-        self.meter = UpdateMeter(self.device, window_s=window)
+        self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
 
     # ------------------------------------------------------------------ the update
@@ -243,7 +242,7 @@ class Learner:
     # ------------------------------------------------------------------ plumbing
     def beta(self) -> float:
         """PER importance exponent, annealed linearly from beta_start to 1 over beta_steps updates."""
-        r = self.cfg.replay
+        r = self.replay_config
         return r.beta_start + (1.0 - r.beta_start) * min(1.0, self.updates / r.beta_steps)
 
     def _ensure_source(self) -> SyncSource | PrefetchSource:
@@ -377,7 +376,7 @@ class Learner:
                   "transitions_added": int(self.replay.transitions_added)}
         data = ckpt.CheckpointData(geometry=self.geometry, model={"online": state["online"], "target": state["target"]},
                                    optimizer=state["optimizer"], scaler=state["scaler"], counters=merged,
-                                   config_json=self.cfg.to_json(), rng=ckpt.capture_rng())
+                                   config_json=self.config_json, rng=ckpt.capture_rng())
         if replay is not None and self._source is not None:
             with self._source.pause():
                 return ckpt.save_checkpoint(run_dir, data, replay)
@@ -388,7 +387,7 @@ class Learner:
         process loads. Cheap: no optimizer state, replay or RNG."""
         merged = {**dict(counters or {}), **self.counters()}
         data = ckpt.CheckpointData(geometry=self.geometry, model={"online": self.online.state_dict(), "target": {}},
-                                   optimizer={}, scaler={}, counters=merged, config_json=self.cfg.to_json(), rng={})
+                                   optimizer={}, scaler={}, counters=merged, config_json=self.config_json, rng={})
         return ckpt.save_checkpoint(run_dir, ckpt.eval_only(data))
 
     def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The rules a `Config` must satisfy, and the memory estimates behind the capacity checks.
 
 `Config.check_valid()` calls `check_all`; every failure is a `ConfigError` naming the field, the
-value and what is allowed. `check_memory` is called again by the CLI once the env's real
-geometry is known.
+value and what is allowed. `check_memory` is called again by the CLI with the env's EnvSpec
+(shared/env_spec.py) once the env has been inspected.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from shared.config import (
     ConfigError,
     is_mario,
 )
-from shared.mario_actions import ACTION_LISTS
+from shared.env_spec import EnvSpec
 from shared.sizes import available_memory_bytes, next_pow2
 
 
@@ -54,13 +54,14 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         _fail(name, value, "one of " + ", ".join(choices))
 
 
-def estimate_replay_bytes(cfg: Config, obs_bytes: int | None = None) -> int:
-    """Bytes the replay buffer will allocate: one frame per slot plus per-slot metadata."""
-    if obs_bytes is None:
-        obs_bytes = cfg.env.frame_size * cfg.env.frame_size  # uint8 grayscale frame
+def estimate_replay_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
+    """Bytes the replay buffer will allocate: one observation per slot plus per-slot metadata.
+
+    Without the env's spec (known once the env is inspected) a slot holds one frame_size^2 uint8 frame."""
+    frame_bytes = cfg.env.frame_size * cfg.env.frame_size if spec is None else spec.frame_bytes
     per_slot_metadata = 8 * 6  # indices, return, discount, action, priority leaf (see replay.storage)
     tree_bytes = 2 * 8 * next_pow2(cfg.replay.capacity)
-    return cfg.replay.capacity * (obs_bytes + per_slot_metadata) + tree_bytes
+    return cfg.replay.capacity * (frame_bytes + per_slot_metadata) + tree_bytes
 
 
 # Parameter-sized buffers, in fp32 copies of the Q-network. The learner: online, target, gradients,
@@ -79,58 +80,50 @@ def _nature_cnn_side(side: int) -> int:
     return side - 2
 
 
-def estimate_network_params(
-    cfg: Config,
-    obs_shape: tuple[int, ...] | None = None,
-    stack: int | None = None,
-    num_actions: int | None = None,
-) -> int:
-    """Parameter count of shared/network.py `build_q_network` for this config, by arithmetic (no torch).
+def _spec_from_config(cfg: Config) -> EnvSpec | None:
+    """Mario's spec needs only the config (EnvSpec.of_mario); other envs' needs the env itself: None."""
+    e = cfg.env
+    if isinstance(e.env_id, str) and is_mario(e.env_id) and e.action_set in ACTION_SETS:
+        return EnvSpec.of_mario(e)
+    return None
 
-    `obs_shape` is one observation's shape ((H, W) frames, (D,) vectors). None: Mario ids use
-    (frame_size, frame_size) x frame_stack; other envs an unknown vector whose input layer is not
-    counted (a lower bound: the hidden x hidden layers dominate wide networks).
+
+def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
+    """Parameter count of shared/network.py `build_q_network` for this config and env, without torch.
+
+    The layer sizes of the network `build_q_network(spec.obs_shape, spec.stack, spec.num_actions,
+    learner.hidden, learner.dueling)` builds (tests/test_cli_errors.py counts the built one against
+    it); torch-free because `Config.check_valid` runs where torch is not installed. `spec` None:
+    Mario ids use the spec their config implies, other envs an unknown vector whose input layer
+    and action count are not counted (a lower bound: the hidden x hidden layers dominate wide networks).
     """
     e, hidden = cfg.env, cfg.learner.hidden
-    from_config = obs_shape is None and isinstance(e.env_id, str) and is_mario(e.env_id)
-    if from_config:
-        obs_shape = (e.frame_size, e.frame_size)
-    if num_actions is None and from_config:
-        num_actions = len(ACTION_LISTS.get(e.action_set, ACTION_LISTS["complex"]))
-    elif num_actions is None:
-        num_actions = 1  # unknown: the fewest there can be (a lower bound)
-    if obs_shape is None:
-        torso, features = hidden, hidden  # bias only: the input width is unknown here
-    elif len(obs_shape) == 2:
-        stack = e.frame_stack if stack is None else stack
-        side_h, side_w = _nature_cnn_side(int(obs_shape[0])), _nature_cnn_side(int(obs_shape[1]))
+    from_config = spec is None
+    if spec is None:
+        spec = _spec_from_config(cfg)
+    if spec is None:
+        torso, features, num_actions = hidden, hidden, 1  # bias only: the input width is unknown here
+    elif spec.image:
+        side_h, side_w = _nature_cnn_side(spec.obs_shape[0]), _nature_cnn_side(spec.obs_shape[1])
         if side_h < 1 or side_w < 1:
             if from_config:
                 _fail("env.frame_size", e.frame_size, f"an integer in [{NATURE_CNN_MIN_SIDE}, 256] "
                       "(smaller frames leave the Nature CNN no features)")
-            raise ConfigError(f"env {e.env_id!r}: {obs_shape[0]}x{obs_shape[1]} observations are too small for "
-                              f"the Nature CNN (needs at least {NATURE_CNN_MIN_SIDE}x{NATURE_CNN_MIN_SIDE})")
-        torso = (stack * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64)
-        features = 64 * side_h * side_w
+            raise ConfigError(f"env {e.env_id!r}: {spec.obs_shape[0]}x{spec.obs_shape[1]} observations are too small "
+                              f"for the Nature CNN (needs at least {NATURE_CNN_MIN_SIDE}x{NATURE_CNN_MIN_SIDE})")
+        torso = (spec.stack * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64)
+        features, num_actions = 64 * side_h * side_w, spec.num_actions
     else:
-        flat = 1 if stack is None else stack
-        for dim in obs_shape:
-            flat *= int(dim)
-        torso, features = flat * hidden + hidden, hidden
+        flat = spec.stack * math.prod(spec.obs_shape)
+        torso, features, num_actions = flat * hidden + hidden, hidden, spec.num_actions
     advantage = features * hidden + hidden + hidden * num_actions + num_actions
     value = features * hidden + hidden + hidden + 1 if cfg.learner.dueling else 0
     return torso + advantage + value
 
 
-def estimate_network_bytes(
-    cfg: Config,
-    obs_shape: tuple[int, ...] | None = None,
-    stack: int | None = None,
-    num_actions: int | None = None,
-) -> int:
+def estimate_network_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
     """Bytes of all parameter-sized buffers: LEARNER_NETWORK_COPIES plus COLLECTOR_NETWORK_COPIES per local collector."""
-    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
-    return 4 * params * _network_copies(cfg)
+    return 4 * estimate_network_params(cfg, spec) * _network_copies(cfg)
 
 
 def _network_copies(cfg: Config) -> int:
@@ -225,21 +218,14 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     check_memory(cfg, available_bytes)
 
 
-def check_memory(
-    cfg: Config,
-    available_bytes: int | None = None,
-    obs_shape: tuple[int, ...] | None = None,
-    obs_bytes: int | None = None,
-    stack: int | None = None,
-    num_actions: int | None = None,
-) -> None:
+def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:
     """Refuse a config whose replay plus networks would not fit in 80% of available memory.
 
-    Without the env geometry (obs_shape etc., known once the env is inspected) Mario ids use
-    their frame geometry and other envs lower bounds; the CLI calls this again with the real one.
+    Without the env's spec (known once the env is inspected) Mario ids use the spec their config
+    implies and other envs lower bounds; the CLI calls this again with the real one.
     """
     r = cfg.replay
-    needed = estimate_replay_bytes(cfg, obs_bytes)
+    needed = estimate_replay_bytes(cfg, spec)
     available = available_memory_bytes() if available_bytes is None else available_bytes
     if needed > 0.8 * available:
         raise ConfigError(
@@ -247,8 +233,8 @@ def check_memory(
             f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
             f"allowed: a capacity whose estimate stays under 80% of available memory"
         )
-    params = estimate_network_params(cfg, obs_shape, stack, num_actions)
-    net = estimate_network_bytes(cfg, obs_shape, stack, num_actions)
+    params = estimate_network_params(cfg, spec)
+    net = 4 * params * _network_copies(cfg)
     if needed + net > 0.8 * available:
         raise ConfigError(
             f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters "

@@ -2,7 +2,7 @@
 
 Why one factory: collectors, the evaluator and tests must build bit-identical envs from the
 same config, and the learner/replay must size buffers from the same config without stepping
-(`env_spec_of`).
+(`env_spec`, an EnvSpec: shared/env_spec.py).
 
 Mario ids (SMB1 only; the reward reads SMB1 RAM):
     SuperMarioBros-vN        full game (N = 0 vanilla; 1/2/3 = downsample/pixel/rectangle ROMs,
@@ -16,7 +16,7 @@ frame_size x frame_size frame (shared/image_obs.py), anything else is left as it
 observations stay vectors, 2-D uint8 frames stay frames).
 
 Image path vs vector path: the network takes the Nature CNN for 2-D observations and the MLP
-otherwise (shared/network.py is_image_obs); `describe_env` says which one an env got.
+otherwise (shared/env_spec.py is_image_obs); `EnvSpec.description` says which one an env got.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import difflib
 import re
 
 import gymnasium as gym
-import numpy as np
 
 from shared.atari_env import EPISODE_CONTINUES  # no emulator: ale-py is imported when an Atari env is built
 from shared.config import ConfigError, EnvConfig, is_atari, is_mario
+from shared.env_spec import EnvSpec
 from shared.image_obs import GrayResizeObservation, is_image_space
-from shared.mario_actions import check_action_set, num_actions
+from shared.mario_actions import check_action_set
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
 _ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
@@ -83,7 +83,7 @@ def _ensure_registered(env_id: str) -> None:
 def check_env_id(env_id: object) -> None:
     """Raise ConfigError (a ValueError) naming `env_id` unless it is a supported Mario id or a registered Gymnasium id.
 
-    Needs no emulator and builds nothing; the action and observation spaces are checked by `env_spec_of`.
+    Needs no emulator and builds nothing; the action and observation spaces are checked by `env_spec`.
     """
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
@@ -138,12 +138,14 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     return env
 
 
-def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, int]:
-    """(obs_shape, obs_dtype, num_actions, stack) without stepping; stack is 1 for non-2-D obs.
+def env_spec(env_config: EnvConfig, env: gym.Env | None = None) -> EnvSpec:
+    """The run's EnvSpec (shared/env_spec.py) without stepping.
 
-    Mario specs come from the config alone (building the emulator skips the start screen,
-    ~0.5 s); other envs are built, inspected and closed. Every unusable env (unknown id, missing
-    dependency, non-Discrete actions, non-Box observations) is a one-line ConfigError (a ValueError).
+    Mario specs come from the config alone (building the emulator skips the start screen, ~0.5 s).
+    Other envs are read from `env` when given (an instance `make_env(env_config)` built, which the
+    caller keeps), else from one env built, read and closed here: one construction either way.
+    Every unusable env (unknown id, missing dependency, non-Discrete actions, non-Box observations)
+    is a one-line ConfigError (a ValueError).
     """
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
@@ -155,59 +157,52 @@ def env_spec_of(env_config: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int, 
 
             if package_generation() == "gymnasium":
                 raise ConfigError(f"{env_id!r}: non-vanilla ROMs (-v1/-v2/-v3) need gym-super-mario-bros 7.4")
-        size = env_config.frame_size
-        return (size, size), np.dtype(np.uint8), num_actions(env_config.action_set), env_config.frame_stack
+        return EnvSpec.of_mario(env_config)
+    if env is not None:
+        return _read_spec(env_config, env)
     try:
-        env = make_env(env_config)
+        built = make_env(env_config)
     except (gym.error.Error, ImportError) as exc:  # e.g. DependencyNotInstalled (box2d, ale-py, mujoco)
         detail = " ".join(str(exc).split())
         raise ConfigError(f"env {env_id!r} cannot be built: {type(exc).__name__}: {detail}") from exc
     try:
-        obs_space, act_space = env.observation_space, env.action_space
+        return _read_spec(env_config, built)
     finally:
-        env.close()
+        built.close()
+
+
+def _read_spec(env_config: EnvConfig, env: gym.Env) -> EnvSpec:
+    """Check a built env's spaces and read its spec (see `env_spec`); describes its preprocessing too."""
+    e, env_id = env_config, env_config.env_id
+    obs_space, act_space = env.observation_space, env.action_space
     if isinstance(act_space, gym.spaces.Box):
         raise ConfigError(f"env {env_id!r} has a continuous action space ({act_space}); DQN needs Discrete")
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ConfigError(f"env {env_id!r} has action space {act_space}; DQN needs Discrete")
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(f"env {env_id!r} has observation space {obs_space}; expected a Box")
-    shape = tuple(int(d) for d in obs_space.shape)
-    stack = env_config.frame_stack if len(shape) == 2 else 1
-    return shape, np.dtype(obs_space.dtype), int(act_space.n), stack
+    frame_skip, names = 1, ()
+    if is_atari(env_id):
+        frame_skip, names = e.frame_skip, tuple(env.unwrapped.action_meanings)
+        source = (f"Atari preprocessing (no-op starts <= {e.noop_max}, skip {e.frame_skip} + max-pool, "
+                  f"{e.frame_size}x{e.frame_size} gray, life loss terminal {'on' if e.life_loss_terminal else 'off'}, "
+                  f"FIRE reset {'on' if env.unwrapped.needs_fire else 'off (no FIRE action)'}, "
+                  f"reward clipping {'on' if e.clip_rewards else 'off'}, sticky actions "
+                  f"{env.unwrapped.repeat_action_probability:g})")
+    elif isinstance(env, GrayResizeObservation):
+        source = f"image observation {env.source_shape} uint8 -> gray {e.frame_size}x{e.frame_size}"
+    else:
+        source = "observation as the env gives it"
+    return EnvSpec.of_config(e, obs_space.shape, obs_space.dtype, int(act_space.n), frame_skip=frame_skip,
+                             preprocessing=source, action_names=names)
 
 
 def describe_env(env_config: EnvConfig) -> str:
     """What the env became, for the head's first log line: preprocessing, the image or vector path, actions.
 
-    Builds the env (not Mario's: its description comes from the config) and closes it; errors as `env_spec_of`.
+    `env_spec(env_config).description`: builds the env (not Mario's) once; errors as `env_spec`.
     """
-    e = env_config
-    env_id = e.env_id
-    shape, dtype, num_actions, stack = env_spec_of(e)
-    # the network's rule (shared/network.py is_image_obs): 2-D observations take the CNN
-    path = (f"image path: Nature CNN on {stack} x {shape[0]}x{shape[1]} {dtype}" if len(shape) == 2
-            else f"vector path: MLP on {stack} x {shape} {dtype}")
-    if is_mario(env_id):
-        source = f"Mario wrapper ({e.action_set} actions, skip {e.frame_skip} + max-pool, {e.frame_size}x{e.frame_size} gray)"
-        return f"{source}; {path}, {num_actions} actions"
-    env = make_env(e)
-    try:
-        if is_atari(env_id):
-            source = (f"Atari preprocessing (no-op starts <= {e.noop_max}, skip {e.frame_skip} + max-pool, "
-                      f"{e.frame_size}x{e.frame_size} gray, life loss terminal {'on' if e.life_loss_terminal else 'off'}, "
-                      f"FIRE reset {'on' if env.unwrapped.needs_fire else 'off (no FIRE action)'}, "
-                      f"reward clipping {'on' if e.clip_rewards else 'off'}, sticky actions "
-                      f"{env.unwrapped.repeat_action_probability:g})")
-            actions = " ".join(env.unwrapped.action_meanings)
-            return f"{source}; {path}, {num_actions} actions ({actions})"
-        if isinstance(env, GrayResizeObservation):
-            source = f"image observation {env.source_shape} uint8 -> gray {e.frame_size}x{e.frame_size}"
-        else:
-            source = "observation as the env gives it"
-    finally:
-        env.close()
-    return f"{source}; {path}, {num_actions} actions"
+    return env_spec(env_config).description
 
 
 def episode_continues(info: dict) -> bool:

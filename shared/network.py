@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from shared.env_spec import is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
+
 
 class DuelingHead(nn.Module):
     """Q = V + A - mean(A): separates state value from action advantages."""
@@ -74,11 +76,6 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.torso(obs))
-
-
-def is_image_obs(obs_shape: Sequence[int]) -> bool:
-    """Frames are 2-D (H, W); everything else is treated as a vector observation."""
-    return len(obs_shape) == 2
 
 
 def build_q_network(

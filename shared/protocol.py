@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
+from shared.env_spec import EnvSpec
 
 MAGIC = b"MAPX"
 VERSION = 3  # 3: data sockets are ROUTER (head) <- DEALER with the WELCOME's routing id; 2: DEALER <-> DEALER
@@ -105,7 +106,10 @@ class Header:
 @dataclass(frozen=True)
 class ObsSpec:
     """What the receiver expects of chunks: one observation's shape/dtype, the action count, and
-    the value bounds (|reward| <= max_abs_reward; float observations finite and |x| <= max_abs_obs)."""
+    the value bounds (|reward| <= max_abs_reward; float observations finite and |x| <= max_abs_obs).
+
+    The wire's own view of the run's env: the head builds it from the EnvSpec with `ObsSpec.of`.
+    Chunks carry rewards multiplied by `reward_scale`, EPISODE_SUMMARY returns are unscaled."""
 
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
@@ -113,6 +117,18 @@ class ObsSpec:
     max_streams: int = MAX_STREAMS
     max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
     max_abs_obs: float = DEFAULT_MAX_ABS_OBS
+    reward_scale: float = 1.0
+
+    @classmethod
+    def of(cls, env: EnvSpec, max_streams: int = MAX_STREAMS) -> ObsSpec:
+        """What the head expects of chunks for a run on `env`."""
+        return cls(env.obs_shape, env.obs_dtype, env.num_actions, max_streams=max_streams,
+                   max_abs_reward=env.max_abs_reward, max_abs_obs=env.max_abs_obs, reward_scale=env.reward_scale)
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one observation as a chunk carries it."""
+        return np.dtype(self.obs_dtype).itemsize * math.prod(int(d) for d in self.obs_shape)
 
 
 @dataclass(frozen=True)

@@ -101,12 +101,13 @@ def network_template(config: Any) -> dict[str, torch.Tensor]:
     """The state_dict layout (names, shapes, dtypes) WEIGHTS must match for a run with `config`.
 
     Built on the meta device (shapes only, no memory), so it is cheap."""
-    from shared.env_factory import env_spec_of
+    from shared.env_factory import env_spec
     from shared.network import build_q_network
 
-    shape, _, num_actions, stack = env_spec_of(config.env)
+    spec = env_spec(config.env)
     with torch.device("meta"):
-        net = build_q_network(shape, stack, num_actions, config.learner.hidden, config.learner.dueling)
+        net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, config.learner.hidden,
+                              config.learner.dueling)
     return dict(net.state_dict())
 
 

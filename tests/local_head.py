@@ -33,7 +33,7 @@ class LocalHead:
                                    replay=config.replay, welcome_config=config.to_dict(),
                                    control_endpoint=f"tcp://{t.bind}:{t.port if port is None else port}")
         # bound first: it starts the ZAP authenticator the publisher's CURVE socket needs
-        self.consolidation = ConsolidationThread(replay, spec, self.registrar, transport=t, env=config.env,
+        self.consolidation = ConsolidationThread(replay, spec, self.registrar, transport=t,
                                                  collectors=config.collectors,
                                                  episode_window=config.logging.episode_window)
         self.publisher = WeightPublisher(

@@ -14,7 +14,8 @@ from gymnasium import spaces
 
 from shared.atari_env import EPISODE_CONTINUES, FIRE, NOOP, AtariEnv, make_raw_ale
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig
-from shared.env_factory import describe_env, env_spec_of, episode_continues, make_env
+from shared.env_factory import describe_env, env_spec, episode_continues, make_env
+from shared.env_spec import EnvSpec
 
 pytestmark = pytest.mark.envonly  # torch only in the collector test, which skips without it
 
@@ -226,7 +227,7 @@ def test_bad_actions_and_misuse_are_clear_errors() -> None:
 # ---------------------------------------------------------------------- the real ALE
 def test_pong_through_the_factory_is_an_84x84_uint8_image_env() -> None:
     cfg = EnvConfig(env_id="ALE/Pong-v5")
-    assert env_spec_of(cfg) == ((84, 84), np.dtype(np.uint8), 6, 4)
+    assert env_spec(cfg) == EnvSpec((84, 84), np.dtype(np.uint8), 6, 4, frame_skip=4)
     text = describe_env(cfg)
     assert "Atari preprocessing" in text and "image path: Nature CNN on 4 x 84x84 uint8" in text
     assert "FIRE reset on" in text and "NOOP FIRE RIGHT LEFT RIGHTFIRE LEFTFIRE" in text
@@ -315,7 +316,7 @@ if RGB_ID not in gym.registry:
 
 def test_an_rgb_env_takes_the_image_path() -> None:
     cfg = EnvConfig(env_id=RGB_ID, frame_stack=3)
-    assert env_spec_of(cfg) == ((84, 84), np.dtype(np.uint8), 3, 3)
+    assert env_spec(cfg) == EnvSpec((84, 84), np.dtype(np.uint8), 3, 3)
     text = describe_env(cfg)
     assert "image observation (60, 80, 3) uint8 -> gray 84x84" in text
     assert "image path: Nature CNN on 3 x 84x84 uint8" in text

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from shared.env_spec import EnvSpec
+from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 
 def _params(learner) -> dict[str, torch.Tensor]:
@@ -401,12 +402,11 @@ VEC_OBS, VEC_STACK, VEC_ACTIONS = (4,), 2, 2  # a vector env (CartPole): float f
 
 
 def _vector_learner(seed: int | None = 0):
-    from learner.trainer import Learner
     from replay.buffer import ReplayBuffer
 
     buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed)
     cfg = small_config(batch_size=8)
-    return Learner(cfg, VEC_OBS, np.float32, VEC_STACK, VEC_ACTIONS, buf, "cpu"), buf
+    return learner_of(cfg, EnvSpec(VEC_OBS, np.float32, VEC_ACTIONS, VEC_STACK), buf, "cpu"), buf
 
 
 def _vector_chunks(count: int):
@@ -526,18 +526,17 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
     import sys
 
     from launcher.cli import parse_args
-    from learner.trainer import Learner
     from replay.buffer import ReplayBuffer
     from shared.chunk import FLAG_FIRST, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-    from shared.env_factory import env_spec_of
+    from shared.env_factory import env_spec
     from tests.cluster_helpers import ROOT, head_env
 
     flags = ["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0", "--max-seconds", "1"]
     run = tmp_path / "run"
     cfg, _ = parse_args([*flags, "--run-dir", str(run)])
-    obs_shape, obs_dtype, num_actions, stack = env_spec_of(cfg.env)
-    buf = ReplayBuffer.from_config(cfg, obs_shape, obs_dtype, stack, "cpu")
-    learner = Learner(cfg, obs_shape, obs_dtype, stack, num_actions, buf, "cpu")
+    spec = env_spec(cfg.env)
+    buf = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, "cpu")
+    learner = learner_of(cfg, spec, buf, "cpu")
     data = np.random.default_rng(0)
     try:
         for stream in range(4):
@@ -545,8 +544,8 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
             marks = np.zeros(steps + 1, dtype=np.uint8)
             marks[0], marks[-2] = FLAG_FIRST, FLAG_TRUNCATED
             buf.add_chunk(TransitionChunk(
-                stream, 0, data.normal(size=(steps + 1, *obs_shape)).astype(obs_dtype),
-                np.append(data.integers(0, num_actions, steps), NO_ACTION).astype(np.int32),
+                stream, 0, data.normal(size=(steps + 1, *spec.obs_shape)).astype(spec.obs_dtype),
+                np.append(data.integers(0, spec.num_actions, steps), NO_ACTION).astype(np.int32),
                 np.ones(steps + 1, dtype=np.float32), marks, np.ones(steps + 1, dtype=np.float32)))
         learner.run_updates(1)
         ckpt = learner.save_checkpoint(run, replay=buf)

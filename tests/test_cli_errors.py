@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from config_optimized import load_profile
@@ -29,6 +30,7 @@ from shared.config_checks import (
     estimate_network_bytes,
     estimate_network_params,
 )
+from shared.env_spec import EnvSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
@@ -286,14 +288,16 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         dueling=cfg.learner.dueling,
     )
     params = sum(p.numel() for p in built.parameters())
-    assert estimate_network_params(cfg, obs_shape, stack, num_actions) == params
+    spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,
+                                                  num_actions, stack)
+    assert estimate_network_params(cfg, spec) == params
     copies = LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
-    assert estimate_network_bytes(cfg, obs_shape, stack, num_actions) == 4 * params * copies
+    assert estimate_network_bytes(cfg, spec) == 4 * params * copies
 
 
 def test_unknown_vector_env_is_a_lower_bound():
     cfg = load_profile("cpu", ["env.env_id=CartPole-v1", "learner.hidden=256"])
-    assert estimate_network_params(cfg) < estimate_network_params(cfg, (4,), 1, 2)
+    assert estimate_network_params(cfg) < estimate_network_params(cfg, EnvSpec((4,), np.float32, 2, 1))
 
 
 def test_wide_network_is_refused_naming_learner_hidden():

@@ -25,10 +25,10 @@ def test_mario_collector_fills_buffer_with_real_frames() -> None:
     cfg = replace(Config(), env=EnvConfig(), collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
                   replay=ReplayConfig(capacity=4096), learner=LearnerConfig(hidden=64),
                   transport=TransportConfig(head_timeout_s=10.0))
-    shape, dtype, actions, stack = env_factory.env_spec_of(cfg.env)
-    assert shape == (84, 84) and np.dtype(dtype) == np.uint8
-    buffer = ReplayBuffer(4096, shape, dtype, stack, cfg.replay.n_step, cfg.replay.gamma)
-    with LocalHead(cfg, buffer, ObsSpec(shape, np.dtype(dtype), actions), port=0) as head:
+    spec = env_factory.env_spec(cfg.env)
+    assert spec.obs_shape == (84, 84) and spec.obs_dtype == np.uint8
+    buffer = ReplayBuffer(4096, spec.obs_shape, spec.obs_dtype, spec.stack, cfg.replay.n_step, cfg.replay.gamma)
+    with LocalHead(cfg, buffer, ObsSpec.of(spec), port=0) as head:
         proc = launch(head.connect, 1)
         try:
             deadline = time.monotonic() + 180
@@ -47,7 +47,7 @@ def test_mario_collector_fills_buffer_with_real_frames() -> None:
         stats = head.consolidation.stats()
     assert stats.rejected == 0 and stats.transitions >= 200
     obs = batch.obs.cpu()
-    assert obs.dtype == torch.uint8 and tuple(obs.shape) == (32, stack, 84, 84)
+    assert obs.dtype == torch.uint8 and tuple(obs.shape) == (32, spec.stack, 84, 84)
     per_frame_std = obs.float().std(dim=(2, 3))
     assert (per_frame_std > 1.0).all(), "a sampled frame is constant: not a real emulator frame"
     assert batch.next_obs.cpu().float().std() > 1.0

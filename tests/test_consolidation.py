@@ -121,7 +121,7 @@ class Head:
         registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
                               transport=c.transport, collectors=c.collectors, replay=c.replay,
                               welcome_config=c.to_dict(), control_endpoint="tcp://127.0.0.1:0")
-        self.thread = ConsolidationThread(replay, SPEC, registrar, transport=c.transport, env=c.env,
+        self.thread = ConsolidationThread(replay, SPEC, registrar, transport=c.transport,
                                           collectors=c.collectors, episode_window=c.logging.episode_window,
                                           latest_weight_version=version, gate=Gate(may_insert))
         self.thread.start()

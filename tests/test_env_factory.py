@@ -1,4 +1,4 @@
-"""make_env / env_spec_of: Mario dispatch, Gymnasium passthrough, clear errors (no torch)."""
+"""make_env / env_spec: Mario dispatch, Gymnasium passthrough, clear errors (no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from shared.config import EnvConfig
-from shared.env_factory import env_spec_of, make_env, parse_mario_id
+from shared.env_factory import env_spec, make_env, parse_mario_id
+from shared.env_spec import EnvSpec
 from shared.fake_env import COUNTING_ENV_ID, decode_frame
 
 pytestmark = pytest.mark.envonly
@@ -47,22 +48,22 @@ def test_counting_env_passthrough_unchanged() -> None:
         env.close()
 
 
-def test_env_spec_of_vector_and_frame_envs() -> None:
-    assert env_spec_of(EnvConfig(env_id="CartPole-v1")) == ((4,), np.dtype(np.float32), 2, 1)
-    assert env_spec_of(EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)) == ((84, 84), np.dtype(np.uint8), 4, 3)
+def test_env_spec_vector_and_frame_envs() -> None:
+    assert env_spec(EnvConfig(env_id="CartPole-v1")) == EnvSpec((4,), np.dtype(np.float32), 2, 1)
+    assert env_spec(EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)) == EnvSpec((84, 84), np.dtype(np.uint8), 4, 3)
 
 
-def test_env_spec_of_mario_needs_no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mario_env_spec_needs_no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
     import shared.mario_emulator as emulator
 
     def boom(*args: object, **kwargs: object) -> None:
-        raise AssertionError("env_spec_of built an emulator")
+        raise AssertionError("env_spec built an emulator")
 
     monkeypatch.setattr(emulator.MarioEmulator, "__init__", boom)
     for action_set, n in (("right_only", 5), ("simple", 7), ("complex", 12)):
-        spec = env_spec_of(EnvConfig(action_set=action_set, frame_size=64, frame_stack=4))
-        assert spec == ((64, 64), np.dtype(np.uint8), n, 4)
-    assert env_spec_of(EnvConfig(env_id="SuperMarioBros-v0"))[2] == 7
+        spec = env_spec(EnvConfig(action_set=action_set, frame_size=64, frame_stack=4))
+        assert spec == EnvSpec((64, 64), np.dtype(np.uint8), n, 4, frame_skip=4)
+    assert env_spec(EnvConfig(env_id="SuperMarioBros-v0")).num_actions == 7
 
 
 def test_make_env_builds_mario_env() -> None:
@@ -96,12 +97,12 @@ def test_unknown_id_names_id_and_suggests(env_id: str, suggestion: str) -> None:
         make_env(EnvConfig(env_id=env_id))
     assert env_id in str(err.value) and suggestion in str(err.value)
     with pytest.raises(ValueError):
-        env_spec_of(EnvConfig(env_id=env_id))
+        env_spec(EnvConfig(env_id=env_id))
 
 
 @pytest.mark.parametrize("env_id", ["SuperMarioBros-1-1-v0", "CartPole-v1"])
 def test_bad_action_set_names_allowed_values(env_id: str) -> None:
-    for call in (make_env, env_spec_of):
+    for call in (make_env, env_spec):
         with pytest.raises(ValueError) as err:
             call(EnvConfig(env_id=env_id, action_set="everything"))
         message = str(err.value)
@@ -114,4 +115,29 @@ def test_env_modules_do_not_import_torch() -> None:
         "import sys; import shared.env_factory, shared.mario_env, shared.mario_emulator, shared.mario_ram; "
         "sys.exit('torch' in sys.modules)"
     )
+    subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)
+
+
+def test_env_spec_carries_the_configs_reward_handling_and_its_description() -> None:
+    cfg = EnvConfig(env_id="CartPole-v1", reward_scale=0.1, max_abs_reward=50.0, max_abs_obs=1e3, frame_skip=3)
+    spec = env_spec(cfg)
+    assert (spec.reward_scale, spec.max_abs_reward, spec.max_abs_obs) == (0.1, 50.0, 1e3)
+    assert spec.frame_skip == 1  # the passthrough skips nothing whatever env.frame_skip says
+    assert not spec.image and spec.frame_bytes == 16 and "vector path: MLP on 1 x (4,) float32" in spec.description
+    mario = env_spec(EnvConfig(frame_size=48, frame_stack=2, action_set="right_only"))
+    assert mario.image and mario.frame_bytes == 48 * 48 and mario.stack == 2
+    assert mario.description == ("Mario wrapper (right_only actions, skip 4 + max-pool, 48x48 gray); image path: "
+                                 "Nature CNN on 2 x 48x48 uint8, 5 actions")
+    counting = EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)
+    env = make_env(counting)
+    try:  # read from an env the caller keeps: the same spec as from one built for the purpose
+        assert env_spec(counting, env) == env_spec(counting)
+    finally:
+        env.close()
+
+
+def test_config_only_modules_do_not_import_torch_or_gymnasium() -> None:
+    """The config checks use EnvSpec where neither is installed (Python 3.13: no torch)."""
+    code = ("import sys; import shared.env_spec, shared.config_checks; "
+            "sys.exit('torch' in sys.modules or 'gymnasium' in sys.modules)")
     subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)

@@ -15,6 +15,7 @@ import torch
 
 from shared.batch import SampleBatch
 from shared.config import Config, LearnerConfig, ReplayConfig
+from shared.env_spec import EnvSpec
 
 SMALL_OBS = (36, 36)  # smallest frame the Nature CNN accepts: fast tests, same code path as 84x84
 
@@ -85,12 +86,18 @@ def small_config(**learner_overrides) -> Config:
     return Config(learner=replace(base, **learner_overrides), replay=ReplayConfig(beta_steps=100))
 
 
-def make_learner(cfg: Config | None = None, replay=None, seed: int = 0, num_actions: int | None = None, **kw):
+def learner_of(cfg: Config, spec: EnvSpec, replay, device: torch.device | str = "cpu", **kw):
+    """A Learner on `spec` given the sections of `cfg` it takes, as the head passes them."""
     from learner.trainer import Learner
 
+    return Learner(cfg.learner, cfg.replay, spec, replay, device, config_json=cfg.to_json(),
+                   meter_window_s=cfg.logging.interval_s, **kw)
+
+
+def make_learner(cfg: Config | None = None, replay=None, seed: int = 0, num_actions: int | None = None, **kw):
     cfg = small_config() if cfg is None else cfg
     replay = FakeReplay() if replay is None else replay
     torch.manual_seed(seed)
-    return Learner(cfg, replay.obs_shape, np.uint8, replay.stack,
-                   num_actions if num_actions is not None else replay.num_actions, replay,
-                   torch.device("cpu"), **kw)
+    spec = EnvSpec(replay.obs_shape, np.uint8, num_actions if num_actions is not None else replay.num_actions,
+                   replay.stack)
+    return learner_of(cfg, spec, replay, torch.device("cpu"), **kw)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from shared.env_spec import EnvSpec
+from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 
 def test_maybe_train_waits_for_warmup_then_respects_ratio() -> None:
@@ -145,12 +146,11 @@ def test_vector_observations_train() -> None:
 @pytest.mark.parametrize("storage", ["cpu", "cuda"])
 def test_cuda_learner_pinned_and_device_storage(storage: str) -> None:
     """CUDA: CPU storage goes through pinned buffers + side-stream copies; GPU storage is used as is."""
-    from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, RandomReplay
-    from learner.trainer import Learner
+    from bench.learner import SPEC, RandomReplay
 
     replay = RandomReplay(storage)
     cfg = small_config(device="cuda", precision="auto", prefetch=True, batch_size=64, grad_accum_steps=2)
-    learner = Learner(cfg, OBS_SHAPE, np.uint8, STACK, NUM_ACTIONS, replay, torch.device("cuda"))
+    learner = learner_of(cfg, SPEC, replay, torch.device("cuda"))
     try:
         learner.run_updates(5)
         st = learner.stats()
@@ -285,11 +285,9 @@ def test_nonfinite_weights_are_never_broadcast() -> None:
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
 def test_cuda_nonfinite_batches_skip_on_the_device(precision: str) -> None:
     """fp16: the loss is folded into the gradients so the GradScaler skips; bf16/fp32: fused Adam's found_inf."""
-    from learner.trainer import Learner
-
     replay = SanitizingReplay()
-    learner = Learner(small_config(device="cuda", precision=precision), replay.obs_shape, np.uint8, replay.stack,
-                      replay.num_actions, replay, torch.device("cuda"))
+    spec = EnvSpec(replay.obs_shape, np.uint8, replay.num_actions, replay.stack)
+    learner = learner_of(small_config(device="cuda", precision=precision), spec, replay, torch.device("cuda"))
     try:
         assert learner.precision.use_scaler == (precision == "fp16") and (learner.precision.use_scaler
                                                                           or learner._device_skip)

@@ -193,20 +193,21 @@ def test_config_keys_named_in_the_doc_exist() -> None:
 
 
 def test_observation_spec_rules() -> None:
-    from shared.env_factory import env_spec_of
+    from shared.env_factory import env_spec
 
     assert "CartPole-v1 `(4,)` float32" in DOC
-    shape, dtype, actions, stack = env_spec_of(EnvConfig(env_id="CartPole-v1", frame_stack=4))
-    assert (shape, np.dtype(dtype), stack) == ((4,), np.dtype(np.float32), 1), "vectors: stack 1 whatever frame_stack"
+    spec = env_spec(EnvConfig(env_id="CartPole-v1", frame_stack=4))
+    assert (spec.obs_shape, spec.obs_dtype, spec.stack) == ((4,), np.dtype(np.float32), 1), \
+        "vectors: stack 1 whatever frame_stack"
     assert "`ApeXCounting-v0` `(84, 84)` uint8" in DOC
-    shape, dtype, actions, stack = env_spec_of(EnvConfig(env_id="ApeXCounting-v0", frame_stack=3))
-    assert (shape, np.dtype(dtype), stack) == ((84, 84), np.dtype(np.uint8), 3), "2-D frames: stack = frame_stack"
+    spec = env_spec(EnvConfig(env_id="ApeXCounting-v0", frame_stack=3))
+    assert (spec.obs_shape, spec.obs_dtype, spec.stack) == ((84, 84), np.dtype(np.uint8), 3), \
+        "2-D frames: stack = frame_stack"
     assert "`(env.frame_size, env.frame_size)` uint8 grayscale" in DOC
     stated = dict(re.findall(r"`(right_only|simple|complex)` (\d+)", DOC))
     for action_set, n in stated.items():
-        shape, dtype, actions, stack = env_spec_of(EnvConfig(env_id="SuperMarioBros-1-1-v0", frame_size=48,
-                                                             frame_stack=2, action_set=action_set))
-        assert (shape, np.dtype(dtype), actions, stack) == ((48, 48), np.dtype(np.uint8), int(n), 2)
+        spec = env_spec(EnvConfig(env_id="SuperMarioBros-1-1-v0", frame_size=48, frame_stack=2, action_set=action_set))
+        assert (spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.stack) == ((48, 48), np.dtype(np.uint8), int(n), 2)
     assert set(stated) == {"right_only", "simple", "complex"}
 
 

@@ -18,6 +18,8 @@ from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
+from shared.env_spec import EnvSpec
+from tests.test_learner_fakes import learner_of
 
 
 def cartpole() -> Config:
@@ -98,7 +100,7 @@ def _config() -> Config:
 def _segment(seed: int | None) -> tuple[Learner, ReplayBuffer]:
     """A learner and its replay built as the head builds them; `seed` only picks the sampler's stream."""
     buf = ReplayBuffer(256, OBS, np.float32, STACK, 3, 0.97, seed=seed)
-    return Learner(_config(), OBS, np.float32, STACK, ACTIONS, buf, "cpu"), buf
+    return learner_of(_config(), EnvSpec(OBS, np.float32, ACTIONS, STACK), buf, "cpu"), buf
 
 
 def _train(learner: Learner, buf: ReplayBuffer, chunks: list[TransitionChunk], updates: int) -> None:
