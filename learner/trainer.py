@@ -37,6 +37,7 @@ import torch
 
 from learner import checkpoint as ckpt
 from learner.checkpoint_checks import check_learner_state
+from learner.device_source import DeviceSource
 from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
 from learner.precision import resolve_precision
@@ -144,7 +145,7 @@ class Learner:
             result = compile_networks(self, lc.compile_mode)
             self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
             self.compile_error, self.compile_s = result.error, result.seconds
-        self._source: SyncSource | PrefetchSource | None = None
+        self._source: SyncSource | PrefetchSource | DeviceSource | None = None
         self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
 
@@ -152,6 +153,8 @@ class Learner:
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
         self._ensure_initial_broadcast()
         source = self._ensure_source()
+        if isinstance(source, DeviceSource):
+            return self._device_step(source)
         t0 = time.perf_counter()
         batch = source.get()
         loss, td, q_sum, grad_norm, applied = apply_update(self, batch)
@@ -173,6 +176,18 @@ class Learner:
             metered = torch.zeros_like(metered)
         self.meter.add(metered[0], metered[1], metered[2], metered[3], len(batch), time.perf_counter() - t0)
         return loss, td, q_sum, grad_norm, applied
+
+    def _device_step(self, source: DeviceSource) -> tuple[torch.Tensor, ...]:
+        """One update run on the device (learner.step_mode device/captured): it samples, trains, writes the
+        priorities back, syncs the target and adds its metrics into the meter's device sums by itself."""
+        t0 = time.perf_counter()
+        out = source.update(self.updates)
+        self.updates += 1
+        self.samples += source.batch
+        if self.updates % self.lc.weight_broadcast_every == 0:
+            self.broadcast()
+        self.meter.count(source.batch, time.perf_counter() - t0)
+        return out
 
     def _warn_skipped(self, loss: float | None = None, grad_norm: float | None = None) -> None:
         if self._skip_warned:
@@ -245,10 +260,19 @@ class Learner:
         r = self.replay_config
         return r.beta_start + (1.0 - r.beta_start) * min(1.0, self.updates / r.beta_steps)
 
-    def _ensure_source(self) -> SyncSource | PrefetchSource:
+    def _ensure_source(self) -> SyncSource | PrefetchSource | DeviceSource:
         """Created at the first update, so nothing samples the replay before warmup has passed."""
         if self._source is None:
-            if self.lc.prefetch:
+            if self.lc.step_mode != "eager":
+                self._source = DeviceSource(
+                    replay=self.replay, device=self.device, lc=self.lc, replay_config=self.replay_config,
+                    stack=self.geometry["stack"], online=self.online, target=self.target, optimizer=self.optimizer,
+                    scaler=self.scaler, policy=self.precision, channels_last=self.channels_last,
+                    meter_sums=self.meter.device_sums, skipped=self._skipped_dev, updates=self.updates,
+                    mode=self.lc.step_mode)
+                self._device_skip = True  # skips are counted on the device: stats() reads them with the meter
+                self.compile_s, self.compiled = self._source.prepare(), self.lc.step_mode == "captured"
+            elif self.lc.prefetch:
                 self._source = PrefetchSource(self.replay, self.batch_per_update, self.beta, self.device,
                                               depth=self.prefetch_depth)
             else:

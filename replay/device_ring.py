@@ -83,14 +83,16 @@ class DeviceRing:
 
     def __init__(self, replay, device: torch.device | str, batch: int, uniform_rows: int = 64) -> None:
         storage = replay.storage
-        device = torch.device(device)
-        if storage.device != device and not (device.type == storage.device.type == "cuda" and device.index is None):
+        device, where = torch.device(device), storage.frames.device  # the frames' device has its index
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if where != device:
             raise ValueError(f"a device-resident step needs the replay frames on the learner's device {device}; they "
-                             f"are on {storage.device} (replay.storage_device decides; frames must fit on the GPU)")
+                             f"are on {where} (replay.storage_device decides; frames must fit on the GPU)")
         if batch < 1 or uniform_rows < 1:
             raise ValueError(f"batch={batch}, uniform_rows={uniform_rows}: both must be >= 1")
         self.storage, self.reader, self.writer = storage, replay._reader, replay._writer
-        self.device, self.capacity, self.batch, self.uniform_rows = storage.device, storage.capacity, batch, uniform_rows
+        self.device, self.capacity, self.batch, self.uniform_rows = where, storage.capacity, batch, uniform_rows
         self.prioritized = bool(self.reader.prioritized)
         self.table = torch.zeros((ROWS, self.capacity), dtype=torch.float64, device=self.device)
         self.frames = storage.frames

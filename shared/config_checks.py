@@ -16,6 +16,7 @@ from shared.config import (
     COMPILE_MODES,
     DEVICES,
     PRECISIONS,
+    STEP_MODES,
     STORAGE_DEVICES,
     Config,
     ConfigError,
@@ -178,6 +179,13 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("learner.hidden", lrn.hidden, 1, 65536)
     _choice("learner.precision", lrn.precision, PRECISIONS)
     _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
+    _choice("learner.step_mode", lrn.step_mode, STEP_MODES)
+    if lrn.step_mode != "eager" and lrn.compile_mode != "off":
+        _fail("learner.step_mode", lrn.step_mode, f"eager with learner.compile_mode={lrn.compile_mode!r} (device and "
+              "captured compile the whole update themselves: set learner.compile_mode=off)")
+    if lrn.step_mode != "eager" and lrn.device == "cuda" and r.storage_device == "cpu":
+        _fail("learner.step_mode", lrn.step_mode, "eager with replay.storage_device='cpu' on a cuda learner (the "
+              "device step samples frames on the learner's GPU: storage_device auto or learner)")
     _int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
     if lrn.warmup_transitions > r.capacity:
         _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")

@@ -1,0 +1,363 @@
+"""The learner's whole update as one device step (learner/device_step.py, learner.step_mode=device/captured).
+
+On the CPU, at a fixed seed, from the same replay contents and the same uniforms: the device step and the
+eager learner (learner/update.py + trainer) give the same loss, gradients, grad norm, new priorities,
+weights, Adam state and target network, update after update (fp32, bf16, gradient accumulation); a
+non-finite update leaves weights, Adam state and priorities unchanged on the device; the fp16 loss scale
+and its skips follow GradScaler's; a checkpoint mid-run resumes to the uninterrupted run; the same step
+compiles with torch.compile(fullgraph=True) under inductor; on CUDA it is one CUDA graph per update.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from learner.device_source import DeviceSource
+from learner.device_step import batch_gradients
+from learner.precision import PrecisionPolicy, cpu_has_native_bf16
+from learner.update import forward_backward
+from replay.buffer import ReplayBuffer
+from replay.device_batch import sample_batch
+from replay.device_ring import MASS, RET
+from shared.config import Config, LearnerConfig, ReplayConfig
+from shared.env_spec import EnvSpec
+from tests.test_replay_sim import chunks_for, make_streams
+
+IMAGE = (36, 36)  # the smallest frame the Nature CNN takes: the Mario code path, small
+VECTOR = (64,)  # uint8 vectors: the MLP path, quick to compile
+STACK, N_STEP, GAMMA, ACTIONS = 4, 3, 0.97, 5
+WAIT_S = 60.0
+
+
+def sim_chunks(shape: tuple[int, ...], seed: int = 21, streams: int = 4) -> list:
+    rng = np.random.default_rng(seed)
+    sims = make_streams(streams, shape, rng, episodes=4, max_len=60)
+    return [c for s in sims for c, _ in chunks_for(s, STACK, N_STEP, rng, max_new=40, min_new=8)]
+
+
+def filled_replay(shape: tuple[int, ...], capacity: int = 3000, seed: int = 5, prioritized: bool = True) -> ReplayBuffer:
+    buf = ReplayBuffer(capacity, shape, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=seed,
+                       prioritized=prioritized)
+    buf.add_chunks(sim_chunks(shape))
+    return buf
+
+
+def config(**overrides) -> Config:
+    base = LearnerConfig(device="cpu", batch_size=8, hidden=32, precision="fp32", warmup_transitions=0,
+                         samples_per_insert=0.0, prefetch=False, weight_broadcast_every=3, target_update_every=2,
+                         max_grad_norm=1.0)
+    return Config(learner=replace(base, **overrides), replay=ReplayConfig(beta_steps=10))
+
+
+def learner_on(cfg: Config, replay: ReplayBuffer, seed: int = 0):
+    from learner.trainer import Learner
+
+    torch.manual_seed(seed)
+    spec = EnvSpec(replay.obs_shape, np.uint8, ACTIONS, STACK)
+    return Learner(cfg.learner, cfg.replay, spec, replay, "cpu", config_json=cfg.to_json())
+
+
+def assert_same_learners(eager, device, rtol: float, atol: float) -> None:
+    """Weights, target, Adam state and priorities of two learners within float tolerance."""
+    for name, t in eager.online.state_dict().items():
+        torch.testing.assert_close(device.online.state_dict()[name], t, rtol=rtol, atol=atol, msg=name)
+    for name, t in eager.target.state_dict().items():
+        torch.testing.assert_close(device.target.state_dict()[name], t, rtol=rtol, atol=atol, msg=name)
+    se, sd = eager.optimizer.state_dict()["state"], device.optimizer.state_dict()["state"]
+    assert se.keys() == sd.keys()
+    for k in se:
+        assert float(se[k]["step"]) == float(sd[k]["step"])
+        torch.testing.assert_close(sd[k]["exp_avg"], se[k]["exp_avg"], rtol=rtol, atol=atol)
+        torch.testing.assert_close(sd[k]["exp_avg_sq"], se[k]["exp_avg_sq"], rtol=rtol, atol=atol * atol)
+    leaves_e = eager.replay._reader.tree.leaves()
+    mass_d = device._source.ring.table[MASS].numpy()
+    assert np.array_equal(leaves_e > 0, mass_d > 0)
+    np.testing.assert_allclose(mass_d, leaves_e, rtol=max(rtol, 1e-6))
+
+
+PRECISIONS = ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not cpu_has_native_bf16(), reason="bf16 on a CPU without native kernels runs 10-30x slower"))]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("batch, accum", [(8, 1), (4, 2)])
+def test_device_step_equals_the_eager_learner(precision: str, batch: int, accum: int) -> None:
+    """Six updates each (a hard target copy every 2, beta annealed over 10), same init and replay contents;
+    the device ring draws its uniforms from its replay's generator, so both train on the same rows."""
+    rtol, atol = (1e-4, 1e-6) if precision == "fp32" else (2e-2, 1e-4)
+    eager = learner_on(config(precision=precision, batch_size=batch, grad_accum_steps=accum), filled_replay(IMAGE))
+    device = learner_on(config(precision=precision, batch_size=batch, grad_accum_steps=accum, step_mode="device"),
+                        filled_replay(IMAGE))
+    try:
+        for _ in range(6):
+            se, sd = eager.train_step(), device.train_step()
+            assert sd["skipped"] == se["skipped"] == 0.0
+            for key in ("loss", "td_error", "mean_q", "grad_norm"):
+                assert sd[key] == pytest.approx(se[key], rel=max(rtol, 1e-5)), key
+            assert (sd["updates"], sd["samples"]) == (se["updates"], se["samples"])
+            assert_same_learners(eager, device, rtol, atol)
+        assert device.stats()["skipped_updates"] == 0
+        assert isinstance(device._source, DeviceSource) and device._source.stale_rows == 0
+    finally:
+        eager.close()
+        device.close()
+
+
+def test_with_uniform_replay_the_device_step_equals_the_eager_learner_and_keeps_the_masses() -> None:
+    eager = learner_on(config(), filled_replay(IMAGE, prioritized=False))
+    device = learner_on(config(step_mode="device"), filled_replay(IMAGE, prioritized=False))
+    try:
+        for _ in range(3):
+            se, sd = eager.train_step(), device.train_step()
+            assert sd["loss"] == pytest.approx(se["loss"], rel=1e-5)
+        assert_same_learners(eager, device, 1e-4, 1e-6)
+        mass = device._source.ring.table[MASS]
+        assert set(mass.unique().tolist()) == {0.0, 1.0}  # uniform leaves: nothing written back
+    finally:
+        eager.close()
+        device.close()
+
+
+def test_device_gradients_equal_the_eager_backward() -> None:
+    """The gradients themselves (before clipping), on the same drawn batch, with accumulation over 2 micro-batches."""
+    cfg = config(batch_size=6, grad_accum_steps=2)
+    eager = learner_on(cfg, filled_replay(IMAGE))
+    device = learner_on(replace(cfg, learner=replace(cfg.learner, step_mode="device")), filled_replay(IMAGE))
+    device._ensure_source()
+    src = device._source
+    reader = eager.replay._reader
+    state = reader.rng.bit_generator.state
+    host = eager.replay.sample(12, beta=0.5)
+    eager.optimizer.zero_grad(set_to_none=True)
+    loss_e, td_e, _ = forward_backward(eager, host)
+    src.ring.reader.rng.bit_generator.state = state
+    src.ring.refill_uniforms(0, force=True)
+    batch = sample_batch(src.ring.table, src.ring.frames, src.ring.claim, src.ring.uniforms[0],
+                         torch.tensor(0.5, dtype=torch.float64), STACK)
+    assert np.array_equal(batch.slots.numpy(), host.indices % eager.replay.capacity)
+    grads, loss_d, td_d, _ = batch_gradients(src.runner.cfg, src.state, device.online, device.target, batch)
+    assert float(loss_d) == pytest.approx(float(loss_e), rel=1e-5)
+    torch.testing.assert_close(td_d, td_e, rtol=1e-5, atol=1e-6)
+    for p, g in zip(eager.params, grads, strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-7)
+    eager.close()
+    device.close()
+
+
+@pytest.mark.filterwarnings("ignore:learner. skipped an optimizer update")
+def test_a_non_finite_update_changes_nothing_on_the_device() -> None:
+    learner = learner_on(config(step_mode="device", target_update_every=1000), filled_replay(IMAGE))
+    try:
+        learner.train_step()
+        src = learner._source
+        before = ({k: v.clone() for k, v in learner.online.state_dict().items()},
+                  {k: {n: t.clone() for n, t in v.items()} for k, v in learner.optimizer.state_dict()["state"].items()},
+                  src.ring.table[MASS].clone())
+        returns = src.ring.table[RET].clone()
+        src.ring.table[RET] = torch.where(src.ring.table[MASS] > 0, torch.inf, 0.0)  # every target infinite
+        out = learner.train_step()
+        assert out["skipped"] == 1.0 and not np.isfinite(out["loss"])
+        for k, v in learner.online.state_dict().items():
+            assert torch.equal(v, before[0][k]), k
+        for k, v in learner.optimizer.state_dict()["state"].items():
+            for n, t in v.items():
+                assert torch.equal(t, before[1][k][n]), (k, n)
+        assert torch.equal(src.ring.table[MASS], before[2])
+        st = learner.stats()
+        assert st["skipped_updates"] == 1 and st["updates"] == 2
+        src.ring.table[RET] = returns
+        assert learner.train_step()["skipped"] == 0.0  # and it trains again
+    finally:
+        learner.close()
+
+
+def test_fp16_loss_scaling_and_skips_follow_the_grad_scaler() -> None:
+    """CPU fp16 autocast with a GradScaler on both paths (the CUDA configuration, run on the CPU): the same
+    scale after growth (interval 2) and after the back-off of a poisoned update, the same skip count and
+    losses and, within a few Adam steps, weights."""
+    fp16 = PrecisionPolicy("fp16", "cpu", torch.float16, True)
+    learners = []
+    for mode in ("eager", "device"):
+        learner = learner_on(config(step_mode=mode, target_update_every=1000), filled_replay(IMAGE))
+        learner.precision = fp16
+        learner.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+        learners.append(learner)
+    eager, device = learners
+    try:
+        scales = []
+        for k in range(5):
+            if k == 3:  # a poisoned batch: every target infinite, the update is skipped and the scale backs off
+                returns, ring_returns = eager.replay.storage.ret.copy(), device._source.ring.table[RET].clone()
+                eager.replay.storage.ret[:] = np.inf
+                device._source.ring.table[RET] = torch.where(device._source.ring.table[MASS] > 0, torch.inf, 0.0)
+            se, sd = eager.train_step(), device.train_step()
+            if k == 3:
+                eager.replay.storage.ret[:] = returns
+                device._source.ring.table[RET] = ring_returns
+            assert sd["skipped"] == se["skipped"] == (1.0 if k == 3 else 0.0), k
+            assert float(device.scaler.get_scale()) == float(eager.scaler.get_scale()), k
+            scales.append(float(device.scaler.get_scale()))
+            if not se["skipped"]:
+                assert sd["loss"] == pytest.approx(se["loss"], rel=1e-2), k
+        assert scales == [2.0**10, 2.0**11, 2.0**11, 2.0**10, 2.0**10]  # grown after 2 clean updates, halved after 1 bad
+        # fp16 rounding differs between the two backward passes; Adam turns that into steps of up to lr (1e-4)
+        # wherever a gradient is near 0, so the weights agree to a few such steps
+        for name, t in eager.online.state_dict().items():
+            torch.testing.assert_close(device.online.state_dict()[name], t, rtol=1e-2, atol=5e-4)
+        assert device.state_dict()["scaler"] == eager.state_dict()["scaler"]
+    finally:
+        eager.close()
+        device.close()
+
+
+def test_a_checkpoint_mid_run_resumes_to_the_uninterrupted_run(tmp_path) -> None:
+    """3 updates, a checkpoint with the replay, 4 more; a new learner and replay (another seed) restored from
+    the checkpoint make the same 4 updates: same weights, Adam state, priorities and generator."""
+    cfg = config(step_mode="device", save_replay=True)
+    first = learner_on(cfg, filled_replay(IMAGE, seed=5))
+    try:
+        first.run_updates(3)
+        first.save_checkpoint(tmp_path / "run", first.replay)
+        first.run_updates(4)
+        with first._source.pause():  # the device priorities into the host tree, to compare
+            leaves = first.replay._reader.tree.leaves().copy()
+            rng_state = first.replay._reader.rng.bit_generator.state
+    finally:
+        first.close()
+    second = learner_on(cfg, filled_replay(IMAGE, seed=99), seed=7)
+    try:
+        second.load_checkpoint(tmp_path / "run", second.replay)
+        second.run_updates(4)
+        with second._source.pause():
+            assert np.array_equal(second.replay._reader.tree.leaves(), leaves)
+            assert second.replay._reader.rng.bit_generator.state == rng_state
+        for name, t in first.online.state_dict().items():
+            assert torch.equal(second.online.state_dict()[name], t), name
+        assert second.updates == first.updates == 7
+    finally:
+        second.close()
+
+
+def test_the_device_step_trains_while_a_writer_thread_inserts() -> None:
+    """The ingest side keeps writing (a batch of chunks each time the learner starts an update, an event):
+    updates go on, drained segments are mirrored, and the replay's invariants hold afterwards."""
+    chunks = sim_chunks(IMAGE, seed=22)
+    buf = ReplayBuffer(600, IMAGE, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=3)
+    buf.add_chunks(chunks[:12])
+    learner = learner_on(config(step_mode="device"), buf)
+    tick, stop = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        k = 12
+        try:
+            while not stop.is_set():
+                if tick.wait(WAIT_S):
+                    tick.clear()
+                    buf.add_chunks([chunks[(k + j) % len(chunks)] for j in range(6)])
+                    k += 6
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        for _ in range(40):
+            tick.set()
+            learner.run_updates(1)
+            assert not errors, errors
+    finally:
+        stop.set()
+        tick.set()
+        thread.join(WAIT_S)
+        learner.close()
+    assert not errors and buf.transitions_added > 3 * 600
+    with learner._source.pause():
+        buf.check_valid()
+    assert learner.stats()["updates"] == 40
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_step_compiles_with_fullgraph_and_matches_the_eager_step() -> None:
+    """step_mode=captured on the CPU: torch.compile(device_update, fullgraph=True) under inductor -- it raises
+    on any graph break -- then three updates equal the uncompiled step's. A tiny MLP keeps compiling short."""
+    states = {}
+    for mode in ("device", "captured"):
+        learner = learner_on(config(step_mode=mode, hidden=16), filled_replay(VECTOR))
+        try:
+            outs = [learner.train_step() for _ in range(3)]
+            states[mode] = (learner.online.state_dict(), outs, learner.stats(),
+                            learner._source.ring.table[MASS].clone())
+        finally:
+            learner.close()
+    device, captured = states["device"], states["captured"]
+    assert captured[2]["compiled"] and captured[2]["compile_s"] > 0 and not device[2]["compiled"]
+    for a, b in zip(device[1], captured[1], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    for name, t in device[0].items():
+        torch.testing.assert_close(captured[0][name], t, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(captured[3], device[3], rtol=1e-5, atol=0)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@CUDA
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_on_cuda_the_captured_step_is_one_graph_and_matches_the_eager_step(precision: str) -> None:
+    """Frames and table on the GPU; step_mode=captured records one CUDA graph and replays it per update;
+    its results equal the uncompiled device step's within AMP tolerance."""
+    from learner.trainer import Learner
+
+    results = {}
+    for mode in ("device", "captured"):
+        buf = ReplayBuffer(3000, IMAGE, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=5, device="cuda")
+        buf.add_chunks(sim_chunks(IMAGE))
+        cfg = config(step_mode=mode, precision=precision, device="cuda")
+        torch.manual_seed(0)
+        learner = Learner(cfg.learner, cfg.replay, EnvSpec(IMAGE, np.uint8, ACTIONS, STACK), buf, "cuda",
+                          config_json=cfg.to_json())
+        try:
+            outs = [learner.train_step() for _ in range(5)]
+            if mode == "captured":
+                assert learner._source.runner._graph is not None
+            results[mode] = ({k: v.cpu() for k, v in learner.online.state_dict().items()}, outs)
+        finally:
+            learner.close()
+    for a, b in zip(results["device"][1], results["captured"][1], strict=True):
+        assert b["skipped"] == a["skipped"]
+        if not a["skipped"]:
+            assert b["loss"] == pytest.approx(a["loss"], rel=2e-2)
+    for name, t in results["device"][0].items():
+        torch.testing.assert_close(results["captured"][0][name], t, rtol=5e-2, atol=1e-3)
+
+
+def test_step_mode_is_checked_with_one_line_errors() -> None:
+    from shared.config import ConfigError
+
+    for learner, replay, match in (
+        ({"step_mode": "graph"}, {}, "learner.step_mode='graph' is invalid: allowed one of eager, device, captured"),
+        ({"step_mode": "captured", "compile_mode": "default"}, {}, "set learner.compile_mode=off"),
+        ({"step_mode": "device", "device": "cuda"}, {"storage_device": "cpu"}, "storage_device auto or learner"),
+    ):
+        cfg = Config(learner=LearnerConfig(**learner), replay=ReplayConfig(**replay))
+        with pytest.raises(ConfigError, match=match) as err:
+            cfg.check_valid()
+        assert "\n" not in str(err.value)
+    assert Config(learner=LearnerConfig(step_mode="captured")).check_valid().learner.step_mode == "captured"
+
+
+def test_a_replay_without_the_ring_is_refused_at_the_first_update() -> None:
+    from tests.test_learner_fakes import FakeReplay
+
+    fake = FakeReplay(obs_shape=IMAGE, stack=STACK, num_actions=ACTIONS)
+    learner = learner_on(config(step_mode="device"), fake)
+    with pytest.raises(ValueError, match="learner.step_mode=device: needs the project's ReplayBuffer"):
+        learner.train_step()
