@@ -314,7 +314,9 @@ class Bench:
             self.details[name] = res
             for key in keys:
                 if key in res and res[key] is not None:
-                    self.figures[key] = res[key]
+                    earlier = self.figures.get(key)  # a by-mode mapping two components fill joins into one
+                    both = isinstance(earlier, dict) and isinstance(res[key], dict)
+                    self.figures[key] = {**earlier, **res[key]} if both else res[key]
                 elif isinstance(res.get("errors"), dict) and key in res["errors"]:
                     self.errors[key] = f"{name}: {res['errors'][key]}"
                 elif key in res:

@@ -55,6 +55,9 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "mpqueue_transport_tps",
     "collector_overhead_frac",
     "learner_updates_per_s",
+    "learner_host_cpu_ms_per_update",
+    "learner_device_busy_frac",
+    "learner_wait_frac",
 )
 
 # What each headline figure means, printed as the table's last column (units included).
@@ -91,7 +94,11 @@ DESCRIPTIONS: dict[str, str] = {
     "transport_tps": "ZeroMQ transport (transitions/s)",
     "mpqueue_transport_tps": "multiprocessing.Queue transport (transitions/s)",
     "collector_overhead_frac": "collector time not spent in the emulator (fraction)",
-    "learner_updates_per_s": "learner updates/s by mode",
+    "learner_updates_per_s": "learner updates/s by mode (bench.learner's; {eager,device,captured}_PRECISION_bBATCH: "
+                             "learner.step_mode side by side, bench.learner_step)",
+    "learner_host_cpu_ms_per_update": "process CPU ms per update by step mode, batch and precision (on a CPU: all of it)",
+    "learner_device_busy_frac": "GPU kernel time / wall time while the learner updates, by step mode (CUDA only)",
+    "learner_wait_frac": "share of the learner loop waiting for data (eager: the prefetch queue; device: ring drains)",
 }
 
 # Derived figures: (key, numerator, denominator), computed here so they can never disagree with their inputs.

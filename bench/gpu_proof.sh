@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU proof of the device-resident learner step, in at most 25 minutes on one CUDA machine:
+#   1. the test files that exercise CUDA, with -v (the device step's CUDA-graph test among them);
+#   2. the learner step bench on CUDA, bench.learner_step: eager / device / captured at batch 32, 64, 512
+#      (updates/s, host CPU ms per update, GPU busy fraction, data wait, compile seconds);
+#   3. short trainings of Mario 1-1 with the profile `auto` picks (what `make run` runs), as it is and
+#      with learner.step_mode=captured, nvidia-smi sampled beside them.
+# Everything goes to docs/gpu/<date>-<commit>/: raw logs and JSON, the commit, torch/CUDA versions.
+#
+# Usage, from the repository root (docs/GPU.md says how to install on a machine without a registry):
+#   bash bench/gpu_proof.sh                      # .venv/bin/python if there is one, else python3
+#   PY=python3 bash bench/gpu_proof.sh           # a machine's own Python (PYTHONPATH=/tmp/site, docs/GPU.md)
+#   RUN_SECONDS=180 RUN_MODES="eager captured" bash bench/gpu_proof.sh
+# Each step has its own time limit (their sum, 1,490 s, keeps the whole under 25 minutes); a failed or
+# timed-out step is recorded in summary.txt and the next one runs.
+set -u -o pipefail
+
+cd "$(dirname "$0")/.."
+PY=${PY:-$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)}
+RUN_SECONDS=${RUN_SECONDS:-180}          # per Mario run (its start-up and shutdown get 110 s more)
+RUN_MODES=${RUN_MODES:-"eager captured"}  # learner.step_mode of each Mario run
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "error: $PY sees no CUDA device (torch.cuda.is_available() is False)" >&2
+    exit 2
+fi
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+OUT=docs/gpu/$(date +%Y-%m-%d)-$COMMIT
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+
+{
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "dirty: $(git status --porcelain 2>/dev/null | grep -c . || true) changed paths"
+    echo "date: $(date -Iseconds)"
+    "$PY" - <<'EOF'
+import platform, torch
+print("python:", platform.python_version())
+print("torch:", torch.__version__, "cuda:", torch.version.cuda, "cudnn:", torch.backends.cudnn.version())
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    print(f"gpu {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, capability {p.major}.{p.minor}")
+EOF
+    nproc | sed 's/^/cores: /'
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+} > "$OUT/versions.txt" 2>&1
+cat "$OUT/versions.txt"
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, note the outcome
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (at most ${limit} s)"
+    local t0=$SECONDS
+    timeout --kill-after=20 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+}
+
+# 1. CUDA tests (compiles included)
+step tests_cuda 400 "$PY" -m pytest -v -p no:cacheprovider \
+    tests/test_device_step.py tests/test_device_batch.py tests/test_device_sampler.py \
+    tests/test_learner_precision.py tests/test_learner_trainer.py tests/test_replay_concurrency.py \
+    tests/test_learner_compile.py tests/test_learner_replay.py
+
+# 2. the step bench: AMP at batch 32, 64 and 512, two interleaved repeats (the first compiles cold)
+step bench_learner_step 360 "$PY" -m bench.learner_step --device cuda --repeats 2 --seconds 3 --precisions auto \
+    --out "$OUT/bench_learner_step.json"
+
+# 3. Mario 1-1 with the auto profile, one run per step mode, GPU load sampled beside each
+for mode in $RUN_MODES; do
+    run=$OUT/run_$mode
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
+    smi=$!
+    sets=(--set logging.interval_s=10)
+    if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
+    step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
+        --run-dir "$run" "${sets[@]}"
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
+done
+
+echo "== done: $OUT"
+cat "$SUMMARY"

@@ -1,0 +1,270 @@
+"""The device-resident learner step against the eager learner: updates/s, host CPU, device busy, data wait.
+
+Every mode runs the real `Learner` on the real prioritized `ReplayBuffer` (84x84 uint8 frames in
+episodes, stacks of 4, the Nature CNN, 7 actions: Mario's geometry), so the eager mode pays its host
+sampler and prefetch thread and the device modes their ring drains:
+
+  eager     learner.step_mode=eager, prefetch on (what the profiles run today)
+  device    the whole update as tensor ops, run op by op (learner/device_step.py)
+  captured  the same step under torch.compile(fullgraph=True); on CUDA replayed as one CUDA graph
+
+Per mode, batch and precision: steady updates/s over a timed window (blocks of updates, one device
+sync per block), the first update's seconds (compile and capture included), the process CPU
+seconds per update (every thread: the prefetch thread too), the data wait (eager: blocked on the
+prefetch queue; device: mirroring the replay's new data), and on CUDA the GPU's busy fraction
+(kernel time in a profiled block / its wall time; null on a CPU, where there is no separate device).
+`rate_10min_incl_compile` is the updates/s a 10-minute run gets once the first update's seconds are
+paid. Modes are interleaved within each repeat, so ratios compare figures taken side by side. The
+compile cache starts empty (unless --keep-compile-cache): the first repeat's compile is a cold one,
+as on a machine's first run, the later repeats' come from inductor's on-disk cache, as on later runs.
+
+    python -m bench.learner_step [--quick] [--device cpu|cuda] [--repeats 3] [--batches 32,64]
+                                 [--precisions fp32,bf16] [--seconds S] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import replace
+from statistics import median
+from typing import Any
+
+import numpy as np
+import torch
+
+OBS_SHAPE = (84, 84)
+STACK, NUM_ACTIONS, N_STEP, GAMMA = 4, 7, 3, 0.99
+RUN_S = 600.0  # the run length the compile-inclusive rate is quoted for
+MODES = ("eager", "device", "captured")
+
+
+def filled_replay(device: torch.device, capacity: int, seed: int = 0):
+    """The project's ReplayBuffer on `device`, full of random 84x84 episodes (PER on)."""
+    from replay.buffer import ReplayBuffer
+    from shared.chunk import FLAG_FIRST, TransitionChunk
+
+    buf = ReplayBuffer(capacity, OBS_SHAPE, np.uint8, STACK, N_STEP, GAMMA, device=device, seed=seed)
+    rng = np.random.default_rng(seed)
+    length = 134
+    flags = np.zeros(length, np.uint8)
+    flags[0] = FLAG_FIRST
+    actions = np.r_[rng.integers(0, NUM_ACTIONS, length - 1), -1].astype(np.int32)
+    frames = rng.integers(0, 256, size=(length, *OBS_SHAPE), dtype=np.uint8)
+    chunks = [TransitionChunk(k % 64, 0, frames, actions, rng.normal(size=length).astype(np.float32), flags,
+                              rng.uniform(0.1, 2.0, length).astype(np.float32))
+              for k in range(capacity // length - 1)]
+    for k in range(0, len(chunks), 32):
+        buf.add_chunks(chunks[k : k + 32])
+    return buf
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_busy(learner: Any, device: torch.device, updates: int) -> float | None:
+    """Fraction of a block's wall time the GPU spent in kernels (torch.profiler); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        learner.run_updates(updates)
+        _sync(device)
+        wall = time.perf_counter() - t0
+    busy_us = sum(e.self_device_time_total for e in prof.key_averages())
+    return min(1.0, busy_us / 1e6 / wall)
+
+
+def measure(mode: str, batch: int, precision: str, device: torch.device, replay: Any, budget_s: float,
+            block_s: float = 0.5) -> dict[str, Any]:
+    """One mode at one batch size and precision on `replay`: see the module docstring."""
+    from learner.trainer import Learner
+    from shared.config import Config, LearnerConfig
+    from shared.env_spec import EnvSpec
+
+    lc = LearnerConfig(device=device.type, batch_size=batch, precision=precision, warmup_transitions=0,
+                       samples_per_insert=0.0, prefetch=True, weight_broadcast_every=10**9,
+                       torch_threads=torch.get_num_threads(), step_mode=mode)
+    cfg = Config(learner=lc)
+    cfg = replace(cfg, replay=replace(cfg.replay, storage_device="auto"))
+    if mode == "captured":
+        torch._dynamo.reset()  # compile as a new process would: from inductor's on-disk cache at best
+    learner = Learner(cfg.learner, cfg.replay, EnvSpec(OBS_SHAPE, np.uint8, NUM_ACTIONS, STACK), replay, device,
+                      config_json=cfg.to_json())
+    try:
+        t0 = time.perf_counter()
+        learner.run_updates(1)  # compiles and records in the captured mode
+        _sync(device)
+        first_s = time.perf_counter() - t0
+        learner.run_updates(2)
+        _sync(device)
+        learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call
+        learner.stats()
+        n, block, cpu0, t0 = 0, 1, time.process_time(), time.perf_counter()
+        while True:
+            tb = time.perf_counter()
+            learner.run_updates(block)
+            n += block
+            _sync(device)
+            now = time.perf_counter()
+            if now - t0 >= budget_s and n >= 3:
+                break
+            if now - tb < block_s:
+                block *= 2
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        stats = learner.stats()
+        busy = _device_busy(learner, device, max(8, min(n, 64)))
+        rate = n / wall
+        return {
+            "updates_per_s": rate, "updates": n, "first_update_s": first_s,
+            "compile_s": learner.compile_s if mode == "captured" else 0.0,
+            "host_cpu_ms_per_update": cpu / n * 1000.0, "wait_frac": stats["data_wait_frac"],
+            "device_busy_frac": busy, "skipped_updates": stats["skipped_updates"],
+            "rate_10min_incl_compile": max(0.0, RUN_S - first_s) * rate / RUN_S,
+        }
+    finally:
+        learner.close()
+
+
+def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
+    return {"median": round(median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
+
+
+def run_step_bench(quick: bool = True, device: str | torch.device | None = None, repeats: int | None = None,
+                   capacity: int | None = None, seconds: float | None = None, batches: tuple[int, ...] | None = None,
+                   precisions: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The step modes side by side; JSON-able. Keys: learner_updates_per_s (mode_precision_bBATCH -> median
+    updates/s), learner_host_cpu_ms_per_update, learner_device_busy_frac, learner_wait_frac (same keys),
+    and the spreads, first-update seconds and compile-inclusive rates in `details`."""
+    from learner.precision import cpu_has_native_bf16
+
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = dev.type == "cuda"
+    repeats = repeats if repeats is not None else (1 if quick else 3)
+    budget = seconds if seconds is not None else (2.0 if quick else 6.0)
+    skipped: dict[str, str] = {}
+    if batches is None:
+        batches = (32, 64, 512) if cuda else ((32,) if quick else (32, 64))
+        if not cuda:
+            skipped["*_b512"] = "CPU: about 1 update/s at batch 512 (BENCHMARKS.md); measured on CUDA only"
+    if precisions is None:
+        precisions = ("fp32",)
+        if cuda or cpu_has_native_bf16():
+            precisions += ("auto" if cuda else "bf16",)
+        elif not cuda:
+            skipped["*_bf16_*"] = "CPU lacks native bf16 (oneDNN reference kernels, 10-30x slower)"
+    plan = []
+    for b in batches:
+        for p in precisions:
+            for mode in MODES:
+                if quick and not cuda and (mode == "captured" or p != "fp32"):
+                    skipped[f"{mode}_{p}_b{b}"] = ("--quick on CPU: compiling the step takes about a minute per batch and "
+                                                   "precision, bf16 runs in full runs")
+                    continue
+                plan.append((mode, b, p))
+    cap = capacity or (20_000 if quick or not cuda else 200_000)
+    replay = filled_replay(dev, cap)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(repeats):
+        for mode, b, p in plan:
+            runs.setdefault(f"{mode}_{p}_b{b}", []).append(measure(mode, b, p, dev, replay, budget))
+    key_fig = {k: median([r["updates_per_s"] for r in v]) for k, v in runs.items()}
+
+    def per_key(field: str, digits: int = 4) -> dict[str, Any]:
+        return {k: (None if v[0][field] is None else round(median([r[field] for r in v]), digits)) for k, v in runs.items()}
+
+    ratios = {}
+    for key, value in key_fig.items():
+        mode, rest = key.split("_", 1)
+        base = key_fig.get(f"eager_{rest}")
+        if mode != "eager" and base:
+            ratios[f"{key}_vs_eager"] = round(value / base, 3)
+            ratios[f"{key}_vs_eager_10min_incl_compile"] = round(
+                median([r["rate_10min_incl_compile"] for r in runs[key]])
+                / median([r["rate_10min_incl_compile"] for r in runs[f"eager_{rest}"]]), 3)
+    busy = per_key("device_busy_frac")
+    return {
+        "device": str(dev) if not cuda else f"cuda ({torch.cuda.get_device_name(dev)})",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "torch_threads": torch.get_num_threads(),
+        "quick": quick,
+        "repeats": repeats,
+        "replay_capacity": cap,
+        "learner_updates_per_s": {k: round(v, 3) for k, v in key_fig.items()},
+        "learner_host_cpu_ms_per_update": per_key("host_cpu_ms_per_update", 3),
+        "learner_device_busy_frac": busy if cuda else None,
+        "learner_wait_frac": per_key("wait_frac"),
+        "ratios": ratios,
+        "details": {
+            "updates_per_s": {k: _spread([r["updates_per_s"] for r in v]) for k, v in runs.items()},
+            "first_update_s": {k: _spread([r["first_update_s"] for r in v], 2) for k, v in runs.items()},
+            "compile_s": {k: _spread([r["compile_s"] for r in v], 2) for k, v in runs.items() if k.startswith("captured")},
+            "rate_10min_incl_compile": {k: _spread([r["rate_10min_incl_compile"] for r in v]) for k, v in runs.items()},
+            "skipped_updates": {k: [r["skipped_updates"] for r in v] for k, v in runs.items()},
+        },
+        "errors": {} if cuda else {"learner_device_busy_frac": "CPU: the host runs the update itself, there is no "
+                                                                "separate device to be busy"},
+        "skipped": skipped,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.learner_step",
+                                     description="Device-resident learner step vs the eager learner (JSON on stdout)")
+    parser.add_argument("--quick", action="store_true", help="short windows, batch 32 fp32, no compile on a CPU")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 3, --quick 1)")
+    parser.add_argument("--capacity", type=int, default=None, help="replay slots (default 20,000; CUDA 200,000)")
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per measurement")
+    parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default: 32,64 on a CPU, "
+                        "32,64,512 on CUDA; --quick: 32)")
+    parser.add_argument("--precisions", default=None, help="comma-separated learner.precision values (default: "
+                        "fp32 and bf16 where native, fp32 and auto on CUDA)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    parser.add_argument("--keep-compile-cache", action="store_true",
+                        help="use inductor's usual cache (default: a fresh one, so compile_s is a cold compile)")
+    parser.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error(f"--repeats={args.repeats}: need at least 1")
+    if args.seconds is not None and not args.seconds > 0:
+        parser.error(f"--seconds={args.seconds}: need a positive duration")
+    try:
+        batches = None if args.batches is None else tuple(int(b) for b in args.batches.split(","))
+    except ValueError:
+        parser.error(f"--batches={args.batches!r}: need comma-separated integers, e.g. 32,64")
+    if batches is not None and min(batches) < 1:
+        parser.error(f"--batches={args.batches!r}: sizes must be >= 1")
+    precisions = None if args.precisions is None else tuple(args.precisions.split(","))
+    from shared.config import PRECISIONS
+
+    if precisions is not None and not set(precisions) <= set(PRECISIONS):
+        parser.error(f"--precisions={args.precisions!r}: allowed {', '.join(PRECISIONS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+        if not args.keep_compile_cache:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        result = run_step_bench(quick=args.quick, device=args.device, repeats=args.repeats, capacity=args.capacity,
+                                seconds=args.seconds, batches=batches, precisions=precisions)
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""Smoke test of the step bench's plumbing (the measurement itself is `python -m bench.learner_step`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.learner_step import run_step_bench
+
+
+def test_quick_step_bench_reports_every_key_with_reasons_for_nulls() -> None:
+    out = run_step_bench(quick=True, device="cpu", capacity=2000, seconds=0.05, batches=(4,), precisions=("fp32",))
+    assert set(out["learner_updates_per_s"]) == {"eager_fp32_b4", "device_fp32_b4"}
+    assert all(v > 0 for v in out["learner_updates_per_s"].values())
+    assert set(out["learner_host_cpu_ms_per_update"]) == set(out["learner_updates_per_s"])
+    assert all(0.0 <= v <= 1.0 for v in out["learner_wait_frac"].values())
+    assert out["learner_device_busy_frac"] is None and "CPU" in out["errors"]["learner_device_busy_frac"]
+    assert "captured_fp32_b4" in out["skipped"]  # --quick on a CPU does not compile
+    assert out["ratios"]["device_fp32_b4_vs_eager"] > 0
+    assert out["details"]["skipped_updates"] == {"eager_fp32_b4": [0], "device_fp32_b4": [0]}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "0"], "--repeats=0"),
+    (["--batches", "32,x"], "--batches='32,x'"),
+    (["--precisions", "fp8"], "--precisions='fp8'"),
+    (["--seconds", "-1"], "--seconds=-1"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.learner_step", *argv], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2 and message in done.stderr and done.stdout == ""
