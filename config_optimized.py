@@ -52,6 +52,10 @@ def cpu_profile() -> Config:
             batch_size=32,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
             precision="auto",  # bf16 where the CPU has native bf16 kernels (AVX512-BF16/AMX), else fp32
             compile_mode="off",  # compile time (tens of s) is not repaid on a 2-core box
+            # the whole update as one compiled device step (step_mode="captured") took 38% more CPU per update
+            # than this eager bf16 learner at batch 32 (64.6 vs 46.7 ms) and its cold compile 2-3.5 minutes
+            # (2026-11-25, docs/bench/learner_step_cpu_2026-11-25.json): eager stays
+            step_mode="eager",
             warmup_transitions=5_000,
             # each transition replayed 8 times; collectors wait once they lead that ratio by 2,000
             # transitions, so the learner's ~25 updates/s set the pace on 2 cores (BENCHMARKS.md, "Mario 1-1")
@@ -105,6 +109,9 @@ def gpu_server_profile() -> Config:
             grad_accum_steps=1,  # 512 (even 2048) fits an 80 GB GPU in one pass: accumulation only adds launches
             precision="bf16",  # H100 supports bf16: no GradScaler needed
             compile_mode="reduce-overhead",  # CUDA graphs: 181 vs 111 updates/s at batch 512 (H100)
+            # step_mode="captured" (with compile_mode="off") replays the whole update, sampling included, as one
+            # CUDA graph; eager until bench/gpu_proof.sh has measured it on a GPU
+            step_mode="eager",
             lr=5e-4,
             warmup_transitions=50_000,  # ~35 s of 14 collectors
             # each transition replayed 32 times: ~90 updates/s of 512 at 1,430 env steps/s, half of what the
