@@ -14,7 +14,8 @@
 5. the new priorities written into the ring's mass row at the drawn slots;
 6. the target network: a hard copy when the update counter reaches a multiple of the period (a 0/1
    mask in `torch.where`), or Polyak averaging every update;
-7. metrics added into device tensors that the host reads every few hundred updates in one transfer.
+7. metrics added into device tensors that the host folds in when its meter refreshes (at most every
+   0.5 s: one transfer of the sums, one of the skip count), never per update.
 
 The non-finite skip is decided here too: when the loss or the gradient norm is NaN/inf (or no drawn
 row is fresh) the parameters, the Adam moments and step, and the priorities keep their values
