@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import zmq
 
@@ -110,7 +111,12 @@ class Head:
         # the env's choices: preprocessing, image (CNN) or vector (MLP) path, observation, actions
         log.info("env %s: %s; obs %s %s, stack %d; learner on %s", cfg.env.env_id, spec.description,
                  spec.obs_shape, spec.obs_dtype, spec.stack, self.device)
-        self.replay = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, self.device)
+        # --seed fixes the head's randomness too: the network's initial weights and the sampler's draws (a
+        # resume restores both generators from the checkpoint afterwards)
+        torch.manual_seed(cfg.env.seed)
+        sampler_seed = int(np.random.SeedSequence([cfg.env.seed, 1]).generate_state(1)[0])
+        self.replay = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, self.device,
+                                               seed=sampler_seed)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # room for every registration (before the first socket)
         self._parts.append(self.ctx)

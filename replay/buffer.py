@@ -67,14 +67,15 @@ class ReplayBuffer:
                                      self.priority_eps, seed=seed, out_pool=out_pool)
 
     @classmethod
-    def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device) -> ReplayBuffer:
-        """Build from `cfg.replay`; frames go to the learner's GPU per storage_device / gpu_memory_fraction."""
+    def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device, *, seed: int | None = None) -> ReplayBuffer:
+        """Build from `cfg.replay`; frames go to the learner's GPU per storage_device / gpu_memory_fraction.
+        `seed` seeds the sampler's generator (None: fresh entropy)."""
         r = cfg.replay
         frame_bytes = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
         where = resolve_storage_device(r.storage_device, device, frame_bytes, r.capacity, r.gpu_memory_fraction)
         return cls(r.capacity, tuple(obs_shape), obs_dtype, stack, r.n_step, r.gamma, prioritized=r.prioritized,
                    alpha=r.alpha, priority_eps=r.priority_eps, device=where,
-                   max_chunk_frames=max_chunk_frames(r.capacity))
+                   max_chunk_frames=max_chunk_frames(r.capacity), seed=seed)
 
     # ------------------------------------------------------------------ hot path
     def add_chunk(self, chunk: TransitionChunk) -> int:
