@@ -72,6 +72,7 @@ class Welcome:
     config: Config
     data_token: bytes = b""  # the routing id this collector's data socket must use (its proof of ownership)
     epsilons: tuple[float, ...] = ()  # one Ape-X epsilon per env stream; empty from a head that sends only `epsilon`
+    credit_every_s: float = 0.0  # the head sends a CREDIT at least this often (0: a head that does not promise it)
 
 
 def client_socket(ctx: zmq.Context, kind: int, curve: CurveClient | None) -> zmq.Socket:
@@ -135,6 +136,7 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
             reachable_endpoint(_endpoint(data, "weights_endpoint"), connect), float(data["epsilon"]),
             int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
             _token(data["data_token"]), tuple(_epsilons(data.get("epsilons", []))),
+            _interval(data.get("credit_every_s", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RegistrationError(f"unusable WELCOME: {exc}") from None
@@ -158,6 +160,13 @@ def _token(value: Any) -> bytes:
     if not 1 <= len(token) <= 255 or token[0] == 0:
         raise ValueError(f"data_token: expected hex of 1-255 bytes not starting with 00, got {len(token)} bytes")
     return token
+
+
+def _interval(value: Any) -> float:
+    seconds = float(value)
+    if not 0.0 <= seconds <= 3600.0:  # NaN fails too
+        raise ValueError(f"credit_every_s: expected seconds in [0, 3600], got {str(value)[:40]!r}")
+    return seconds
 
 
 def _epsilons(values: Any) -> list[float]:
@@ -204,6 +213,10 @@ class HeadLink:
                 raise RegistrationError(f"unusable WELCOME: cannot use its endpoints or token: {exc}") from None
             raise
         self.max_chunks_in_flight = cfg.transport.max_chunks_in_flight  # 0 = no credit limit
+        # the head sends a CREDIT at least every credit_every_s: none for this long while it is alive means it
+        # reclaimed this registration (it closed our data socket's peer)
+        self.reclaim_after_s = max(self.head_timeout_s, 3 * welcome.credit_every_s) if welcome.credit_every_s else 0.0
+        self.last_credit = time.monotonic()
         self.unacked_chunks: deque[int] = deque()  # sequence numbers of chunks the head has not credited
         self.credit_wait_s = 0.0  # time spent waiting for credit (monitoring)
         self.waiting = False  # blocked on credit or a full socket: heartbeats say so (count = 1)
@@ -246,7 +259,7 @@ class HeadLink:
             if header.msg_type != CREDIT:
                 log.warning("ignoring unexpected message type %d on the data socket", header.msg_type)
                 continue
-            self.last_head = time.monotonic()
+            self.last_head = self.last_credit = time.monotonic()
             while self.unacked_chunks and self.unacked_chunks[0] <= header.seq:
                 self.unacked_chunks.popleft()
 
@@ -286,8 +299,14 @@ class HeadLink:
     def head_silent(self) -> bool:
         return time.monotonic() - self.last_head > self.head_timeout_s
 
+    def reclaimed(self) -> bool:
+        """True when the head stopped sending CREDIT on our data socket while its weights socket is alive: it
+        reclaimed this registration (BYE aside, after transport.head_timeout_s of silence from us)."""
+        return bool(self.reclaim_after_s) and time.monotonic() - self.last_credit > self.reclaim_after_s \
+            and not self.head_silent()
+
     def must_exit(self) -> bool:
-        return self.stop_requested or self.head_silent() or self.should_stop()
+        return self.stop_requested or self.head_silent() or self.reclaimed() or self.should_stop()
 
     # ------------------------------------------------------------------ outgoing
     def _send(self, build: Callable[[int], list[Any]], block: bool) -> bool:

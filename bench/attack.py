@@ -23,6 +23,16 @@ Attacks (--count sets how many messages; the head's reason for each is in parent
   xpub-spam       (un)subscriptions to the weights port as fast as possible for --seconds
   forged-summary  registered fake collector: EPISODE_SUMMARY with return 475 and no transitions (not counted
                   as episodes, cannot stop a --target-return run; not a rejection either)
+  summary-flood   registered fake collector: --count EPISODE_SUMMARY (default 20,000) on as many distinct
+                  stream ids and no transitions: the head keeps at most a bounded backlog per registration
+                  (stream_range past the collector's streams, summary_backlog past the caps)
+  forged-episodes registered fake collector: one valid 40-frame CartPole chunk (37 transitions, no episode
+                  end), then --count summaries of (length 1, return 500) and as many of (1, 2e6): none may
+                  count as an episode or stop a --target-return run (episode_mismatch, episode_out_of_range)
+  replayed-hello  an owner's HELLO sent again, byte for byte, from another connection: refused
+                  (replayed_hello), so the replayer never learns the owner's routing id; were it answered, the
+                  replayer would connect with that id first, send HEARTBEAT seq 2**64-1, and the owner's
+                  chunks would never be read
 
 The chunk attacks assume a float observation env (CartPole-v1: --obs-dim 4). With --curve-keys DIR (from
 `make keys`) the fake collectors authenticate like a real one (an authorized but malicious collector); the
@@ -65,7 +75,8 @@ from shared.protocol import (
 )
 
 CHUNK_ATTACKS = {"nan": "nonfinite_obs", "huge": "obs_out_of_range", "reward": "reward_out_of_range"}
-ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "xpub-spam", "forged-summary", "hello-flood")
+ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "xpub-spam", "forged-summary", "hello-flood",
+           "summary-flood", "forged-episodes", "replayed-hello")
 SEQ_MAX = 2**64 - 1
 
 
@@ -89,8 +100,10 @@ def weights_endpoint_of(connect: str) -> str:
 
 # ---------------------------------------------------------------------------- chunks
 def valid_chunk(steps: int = 16, stream: int = 0, obs_dim: int = 4, seed: int = 0,
-                reward: float = 0.1) -> TransitionChunk:
-    """One whole (terminated) episode of `steps` steps with small float observations: what a collector sends."""
+                reward: float = 0.1, end: bool = True, priority: float = 1.0) -> TransitionChunk:
+    """One episode's first `steps` steps with small float observations (vector env, stack 1): what a collector
+    sends. `end`: the last step terminates the episode (every transition is complete); otherwise the episode
+    goes on, and with n-step n the last n - 1 starts are incomplete (40 frames, n = 3: 37 transitions)."""
     rng = np.random.default_rng(seed)
     frames = rng.uniform(-0.05, 0.05, size=(steps + 1, obs_dim)).astype(np.float32)
     actions = rng.integers(0, 2, size=steps + 1).astype(np.int32)
@@ -99,8 +112,9 @@ def valid_chunk(steps: int = 16, stream: int = 0, obs_dim: int = 4, seed: int = 
     rewards[-1] = 0.0
     flags = np.zeros(steps + 1, dtype=np.uint8)
     flags[0] = FLAG_FIRST
-    flags[steps - 1] |= FLAG_TERMINATED
-    priorities = np.ones(steps + 1, dtype=np.float32)
+    if end:
+        flags[steps - 1] |= FLAG_TERMINATED
+    priorities = np.full(steps + 1, priority, dtype=np.float32)
     return TransitionChunk(stream, 0, frames, actions, rewards, flags, priorities)
 
 
@@ -454,6 +468,93 @@ def forged_summaries(ctx: zmq.Context, connect: str, count: int = 20, curve=None
         fake.close()
 
 
+def summary_flood(ctx: zmq.Context, connect: str, count: int = 20_000, curve=None,
+                  credit_timeout_s: float = 60.0) -> dict[str, Any]:
+    """A registered fake collector sends `count` EPISODE_SUMMARY on stream ids 0, 1, ..., count - 1 and no
+    transitions; waits for their CREDIT (heads with transport.max_chunks_in_flight > 0)."""
+    fake = FakeCollector(ctx, connect, curve)
+    try:
+        t0 = time.monotonic()
+        for stream in range(count):
+            fake.summary(475.0, 500, stream=stream)
+        acknowledged = fake.wait_credit(fake.seq, credit_timeout_s)
+        return {"attack": "summary-flood", "collector_id": fake.collector_id, "sent": count,
+                "acknowledged": acknowledged, "seconds": round(time.monotonic() - t0, 2)}
+    finally:
+        fake.close()
+
+
+def forged_episodes(ctx: zmq.Context, connect: str, count: int = 20, curve=None, obs_dim: int = 4,
+                    returns: tuple[float, ...] = (500.0, 2e6), credit_timeout_s: float = 30.0) -> dict[str, Any]:
+    """A registered fake collector sends one valid 40-frame chunk on stream 0 (37 transitions, the episode not
+    ended), then `count` summaries of (length 1, return r) on stream 0 for each r in `returns`; waits for
+    their CREDIT. With --target-return 475 on CartPole these stopped a run as solved at 37 env steps."""
+    fake = FakeCollector(ctx, connect, curve)
+    try:
+        fake.chunk(valid_chunk(steps=39, stream=0, obs_dim=obs_dim, end=False))
+        for episode_return in returns:
+            for _ in range(count):
+                fake.summary(episode_return, 1, stream=0)
+        acknowledged = fake.wait_credit(fake.seq, credit_timeout_s)
+        return {"attack": "forged-episodes", "collector_id": fake.collector_id, "transitions": 37,
+                "summaries": count * len(returns), "returns": list(returns), "acknowledged": acknowledged}
+    finally:
+        fake.close()
+
+
+def replayed_hello(ctx: zmq.Context, connect: str, curve=None, owner_messages: int = 5, timeout_s: float = 10.0,
+                   credit_timeout_s: float = 10.0) -> dict[str, Any]:
+    """An owner registers with HELLO bytes B; a second connection sends B again. Were the replay answered with
+    the owner's WELCOME, the replayer connects to the owner's data endpoint with its routing id first and sends
+    HEARTBEAT seq 2**64-1. Then the owner connects and sends `owner_messages` HEARTBEATs: they must be read and
+    credited (heads with transport.max_chunks_in_flight > 0)."""
+    hello_bytes = encode_json(HELLO, {"host": "owner", "pid": os.getpid(), "slot": -1, "nonce": uuid.uuid4().hex,
+                                      "envs": 1})
+    socks: list[zmq.Socket] = []
+
+    def ask(sock: zmq.Socket) -> dict[str, Any] | None:
+        sock.connect(connect)
+        sock.send_multipart(hello_bytes)
+        return decode(sock.recv_multipart()).payload if sock.poll(timeout_s * 1000) else None
+
+    try:
+        owner_ctl, thief_ctl = client_socket(ctx, zmq.DEALER, curve), client_socket(ctx, zmq.DEALER, curve)
+        socks += [owner_ctl, thief_ctl]
+        welcome = ask(owner_ctl)
+        if welcome is None or "refused" in welcome:
+            raise Refused(f"the owner's HELLO was not welcomed: {welcome}")
+        stolen = ask(thief_ctl)
+        token = bytes.fromhex(str(welcome["data_token"]))
+        endpoint = reachable_endpoint(str(welcome["data_endpoint"]), connect)
+        got_token = stolen is not None and stolen.get("data_token") == welcome["data_token"]
+        if got_token:  # the theft: connect with the owner's routing id before the owner does
+            thief = client_socket(ctx, zmq.DEALER, curve)
+            socks.append(thief)
+            thief.setsockopt(zmq.ROUTING_ID, token)
+            thief.connect(endpoint)
+            send_parts(thief, encode_simple(HEARTBEAT, int(welcome["collector_id"]), SEQ_MAX))
+            time.sleep(0.5)
+        owner = client_socket(ctx, zmq.DEALER, curve)
+        socks.append(owner)
+        owner.setsockopt(zmq.ROUTING_ID, token)
+        owner.connect(endpoint)
+        for seq in range(1, owner_messages + 1):
+            send_parts(owner, encode_simple(HEARTBEAT, int(welcome["collector_id"]), seq))
+        credited = 0
+        deadline = time.monotonic() + credit_timeout_s
+        while credited < owner_messages and time.monotonic() < deadline:
+            if owner.poll(100):
+                header = decode_header(owner.recv_multipart()[0])
+                if header.msg_type == CREDIT:
+                    credited = max(credited, header.seq)
+        return {"attack": "replayed-hello", "collector_id": int(welcome["collector_id"]),
+                "replay_answered": stolen is not None, "replay_refused": stolen is not None and "refused" in stolen,
+                "replay_got_token": got_token, "owner_sent": owner_messages, "owner_credited": credited}
+    finally:
+        for sock in socks:
+            sock.close(linger=0)
+
+
 def run_attack(name: str, connect: str, count: int | None = None, curve_keys: str | None = None,
                seconds: float = 10.0, weights: str | None = None, obs_dim: int = 4,
                ctx: zmq.Context | None = None) -> dict[str, Any]:
@@ -483,6 +584,12 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
             return xpub_spam(ctx, weights or weights_endpoint_of(connect), seconds, curve)
         if name == "forged-summary":
             return forged_summaries(ctx, connect, count or 20, curve)
+        if name == "summary-flood":
+            return summary_flood(ctx, connect, count or 20_000, curve)
+        if name == "forged-episodes":
+            return forged_episodes(ctx, connect, count or 20, curve, obs_dim)
+        if name == "replayed-hello":
+            return replayed_hello(ctx, connect, curve)
         raise ValueError(f"unknown attack {name!r}; allowed: {', '.join(ATTACKS)}, all")
     finally:
         if own:
@@ -496,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connect", required=True, help="the head's control endpoint, e.g. tcp://127.0.0.1:5555")
     parser.add_argument("--attack", required=True, choices=[*ATTACKS, "all"])
     parser.add_argument("--count", type=int, help="messages per attack (defaults: chunks 1, deep-json 15, "
-                                                  "hello-flood 2000, forged-summary 20)")
+                                                  "hello-flood 2000, forged-summary 20, summary-flood 20000, "
+                                                  "forged-episodes 20)")
     parser.add_argument("--curve-keys", help="keys dir from `make keys`: fake collectors authenticate with it")
     parser.add_argument("--seconds", type=float, default=10.0, help="xpub-spam duration")
     parser.add_argument("--weights", help="weights endpoint (default: control port + 1)")

@@ -8,6 +8,9 @@ under its reason (logged once per reason) and dropped; nothing raises out of the
 
 - each collector's ROUTER accepts only its owner's routing id (the WELCOME's `token`); any other
   peer's messages are rejected as `foreign_peer` and never touch the owner's sequence or credits;
+  a sequence number far ahead (`seq_jump`) moves nothing either;
+- what a registration may make the head keep is bounded, and summaries count only for episodes
+  its chunks ended (ingest/peers.py); priorities above the registration's cap are clipped;
 - registrations are reclaimed (socket, state, cached WELCOME) on BYE, when the supervisor says
   their process was replaced, or after `transport.head_timeout_s` in which the head was ready to
   read and heard nothing.
@@ -17,7 +20,9 @@ replay in least-recently-served order while the insert gate (`gate`, the replay'
 `learner.max_insert_lead`) allows, so a gate that opens briefly serves every collector in turn.
 A collector whose chunks are parked is waiting for the head, never "stalled". With
 transport.max_chunks_in_flight the socket carries CREDIT back once chunks are written (or
-rejected), so a collector never has more than that many chunks unacknowledged.
+rejected), so a collector never has more than that many chunks unacknowledged; credits on or off,
+a CREDIT goes out at least every collectors.heartbeat_s, so a collector whose registration was
+reclaimed learns it from their absence.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import zmq
@@ -37,7 +43,7 @@ from ingest.consolidation_types import (
     Registrations,
     ReplaySink,
 )
-from ingest.peers import CollectorState, episode_bounds_ok, fair_next
+from ingest.peers import CollectorState, Verdict, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, TransportConfig
@@ -62,6 +68,9 @@ log = logging.getLogger(__name__)
 DRAIN_PER_SOCKET = 64  # messages read from one collector per poll round (fairness)
 PARKED_WITHOUT_CREDITS = 4  # chunks read ahead per collector when credits are off (then its HWM applies)
 RECLAIM_EVERY_S = 0.5
+# Largest step of a data socket's sequence number: a collector numbers every message it sends, so only messages
+# lost on the way make gaps (bounded by its send queue and socket buffers: thousands, never a million)
+MAX_SEQ_JUMP = 1 << 20
 INSERT_BATCH = 64  # parked chunks written to the replay in one call: 64 inserts at 0.77x the copy floor, 16 at 0.69x (BENCHMARKS.md)
 
 
@@ -91,6 +100,7 @@ class ConsolidationThread(threading.Thread):
         self.latest_weight_version = latest_weight_version
         self.transport = t = transport
         self.eps_decay_updates = collectors.eps_decay_updates
+        self.credit_every_s = collectors.heartbeat_s  # a CREDIT at least this often on every data socket
         # summaries carry unscaled returns; spec.max_abs_reward bounds the scaled rewards chunks carry
         self.max_abs_reward = float(spec.max_abs_reward) / float(spec.reward_scale)
         self.credits = t.max_chunks_in_flight > 0  # send CREDIT back on each data socket
@@ -110,6 +120,7 @@ class ConsolidationThread(threading.Thread):
         self._log_budget = LogBudget()  # reclaim lines: a HELLO flood must not flood the log
         self._next_reclaim = time.monotonic() + RECLAIM_EVERY_S
         self.transitions = self.chunks = self.rejected = self.gaps = 0
+        self.priorities_capped = 0  # chunks whose priorities were clipped to their registration's max_priority
         self.heartbeats = self.episodes = self.registrations_total = self.queue = self.reclaimed = 0
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.transitions_by_slot: collections.Counter[int] = collections.Counter()
@@ -176,6 +187,7 @@ class ConsolidationThread(threading.Thread):
             for state in self.registrations.drain(len(self.collectors), self._reject):
                 poller.register(state.sock, zmq.POLLIN)
                 state.polled = True
+                state.credit_due = time.monotonic() + self.credit_every_s
                 with self._lock:
                     self.collectors[state.collector_id] = state
                     self.registrations_total += 1
@@ -200,11 +212,12 @@ class ConsolidationThread(threading.Thread):
             for state in self.collectors.values():
                 if state.pending:
                     state.stall_clock = now  # held by the head: waiting, not stalled
+        now = time.monotonic()
         for state in list(self.collectors.values()):
             if state.closed:
                 self._close(state, poller)
-            elif self.credits and state.credit_seq() > state.credited_seq:
-                self._credit(state)
+            elif (self.credits and state.credit_seq() > state.credited_seq) or now >= state.credit_due:
+                self._credit(state, now)
         self.queue = read
 
     def _insert_parked(self) -> int:
@@ -242,23 +255,30 @@ class ConsolidationThread(threading.Thread):
             if isinstance(added, ValueError):
                 self._reject("replay_rejected", str(added))
                 continue
-            released = state.delivered(int(chunk.stream), int(added))
+            verdict = state.delivered(chunk, int(added))  # episode ends among them settle waiting summaries
             with self._lock:
                 self.chunks += 1
                 self.transitions += added
                 state.chunks += 1
                 state.transitions += added
                 self.transitions_by_slot[state.slot] += added
-                self._count_episodes(state.slot, released)
+            self._count_episodes(state.slot, verdict)
 
-    def _count_episodes(self, slot: int, released: list[EpisodeSummary]) -> None:
-        for s in released:  # caller holds the lock
-            self.episodes += 1
-            self.recent_episodes.append(s)
-            self.recent_by_slot[slot].append(s)
+    def _count_episodes(self, slot: int, verdict: Verdict) -> None:
+        """Summaries that now count go to the statistics; those rejected are counted under their reason."""
+        if verdict.counted:
+            with self._lock:
+                for s in verdict.counted:
+                    self.episodes += 1
+                    self.recent_episodes.append(s)
+                    self.recent_by_slot[slot].append(s)
+        for reason, detail in verdict.rejected:
+            self._reject(reason, detail)
 
-    def _credit(self, state: CollectorState) -> None:
-        """CREDIT (transport.max_chunks_in_flight): everything up to credit_seq() is handled.
+    def _credit(self, state: CollectorState, now: float) -> None:
+        """CREDIT: everything up to credit_seq() is handled (transport.max_chunks_in_flight), and the registration
+        is alive: one goes out at least every collectors.heartbeat_s, credits on or off (the WELCOME's
+        credit_every_s), so a collector whose registration was reclaimed learns it from their absence.
 
         Never blocks: a collector that does not read credits only fills its own queue, and a dropped
         credit is superseded by the next (acknowledgements are cumulative)."""
@@ -266,6 +286,7 @@ class ConsolidationThread(threading.Thread):
         try:
             send_parts(state.sock, [state.token, *encode_simple(CREDIT, state.collector_id, seq)], zmq.NOBLOCK)
             state.credited_seq = seq
+            state.credit_due = now + self.credit_every_s
         except zmq.ZMQError:  # Again (full), or EHOSTUNREACH: the owner is not connected yet
             pass
 
@@ -328,6 +349,9 @@ class ConsolidationThread(threading.Thread):
             header = decode_header(parts[0])
             if header.collector != state.collector_id:
                 raise ProtocolError("collector_mismatch", f"{header.collector} on {state.collector_id}'s socket")
+            if header.seq > max(state.last_seq, state.received_seq) + MAX_SEQ_JUMP:
+                # not credited and nothing moves: one message cannot make every later one of its socket stale
+                raise ProtocolError("seq_jump", f"{header.seq} after {state.last_seq}")
             state.received_seq = max(state.received_seq, header.seq)  # read, even if rejected below: credit it
             if header.seq <= state.last_seq:
                 raise ProtocolError("stale_seq", f"{header.seq} <= {state.last_seq}")
@@ -343,6 +367,11 @@ class ConsolidationThread(threading.Thread):
         except ProtocolError as exc:
             self._reject(exc.reason, exc.detail)
             return
+        capped = state.capped(msg.payload) if t == TRANSITION_CHUNK else None
+        if capped is not None:  # stored, with no priority above what a transition can be worth
+            msg = replace(msg, payload=capped)
+            self._log_once("priorities_capped", "collector %d sent priorities above %.6g: clipped to it, counted "
+                           "in priorities_capped", state.collector_id, state.rules.max_priority)
         now = time.monotonic()
         with self._lock:
             if header.seq > state.last_seq + 1:
@@ -353,13 +382,14 @@ class ConsolidationThread(threading.Thread):
             state.weight_version = header.weight_version
             if t == TRANSITION_CHUNK:
                 state.pending.append((header.seq, msg))
+                self.priorities_capped += capped is not None
             elif t == HEARTBEAT:
                 self.heartbeats += 1
                 state.says_waiting = header.count == 1
-            elif t == EPISODE_SUMMARY:
-                self._count_episodes(state.slot, state.summary(msg.payload))
-            else:
+            elif t != EPISODE_SUMMARY:
                 state.closed = True
+        if t == EPISODE_SUMMARY:  # counts once its episode's end is inserted (ingest/peers.py)
+            self._count_episodes(state.slot, state.summary(msg.payload))
 
     def _reject(self, reason: str, detail: str = "") -> None:
         with self._lock:
@@ -393,7 +423,7 @@ class ConsolidationThread(threading.Thread):
                 list(self.recent_episodes), dict(self.transitions_by_slot), self.reclaimed,
                 sum(c["parked"] for c in collectors.values()),
                 {slot: list(episodes) for slot, episodes in self.recent_by_slot.items()},
-                self.errors, self.errors_since_accepted, self.last_error,
+                self.errors, self.errors_since_accepted, self.last_error, self.priorities_capped,
             )
 
     def silent_collectors(self, timeout_s: float | None = None) -> list[int]:
@@ -405,14 +435,16 @@ class ConsolidationThread(threading.Thread):
 
     def stall_clock_of_pid(self, pid: int, host: str | None = None) -> tuple[float, bool] | None:
         """(newest time process `pid` on `host` (default: this machine) was heard from or held, whether the
-        head holds its chunks now); None when it has no open registration (the supervisor's stall check). A
-        HEARTBEAT saying "waiting" refreshes the clock like any message; it cannot freeze it."""
+        head holds its chunks now or it is still starting: registered, nothing heard yet, as while it builds
+        its envs); None when it has no open registration (the supervisor's stall check). A HEARTBEAT saying
+        "waiting" refreshes the clock like any message; it cannot freeze it. A registration that stays
+        unheard is reclaimed after transport.head_timeout_s, which bounds the start."""
         host = host or self.hostname
         with self._lock:
             mine = [s for s in self.collectors.values() if s.pid == pid and s.host == host and not s.closed]
             if not mine:
                 return None
-            return max(s.stall_clock for s in mine), any(s.held_by_head() for s in mine)
+            return max(s.stall_clock for s in mine), any(s.held_by_head() or not s.heard for s in mine)
 
     def processor_line(self) -> str:
         s = self.stats()

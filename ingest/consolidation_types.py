@@ -71,3 +71,4 @@ class ConsolidationStats:
     errors: int = 0  # rounds that raised: a bug on the head's side (peers' bad input is `rejected` instead)
     errors_since_accepted: int = 0  # rounds that raised since a chunk was last accepted
     last_error: str = ""
+    priorities_capped: int = 0  # chunks stored with their priorities clipped to the cap (ingest/peers.py)

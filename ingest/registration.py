@@ -12,10 +12,14 @@ thread); everything here runs there. What registration decides:
   `MAXMSGSIZE` from the run's geometry and a secret routing id (`token`) that the consolidation
   thread requires on every message;
 - **how it explores:** its slot and the Ape-X epsilon of each of its K env streams (shared/exploration.py);
-  collectors beyond the configured count get slots of their own, so no epsilon repeats.
+  collectors beyond the configured count get slots of their own, so no epsilon repeats; a lone collector
+  spreads them over its K envs.
 
-A retried HELLO (same nonce) gets the same WELCOME, so retries never allocate twice; `release`
-frees a registration's socket, ipc file and cached WELCOME when the consolidation reclaims it.
+A HELLO nonce is answered once: a retry of it (same nonce) on the same control connection, before
+the registration sent any data, gets the same WELCOME, so retries never allocate twice; any other
+copy is refused and counted (`replayed_hello`), so a peer that replays a seen HELLO never learns the
+owner's routing id. `release` frees a registration's socket, ipc file and cached WELCOME when the
+consolidation reclaims it.
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ from typing import Any
 
 import zmq
 
-from ingest.peers import CollectorState
+from ingest.peers import MAX_TRACKED_STREAMS, CollectorState, EpisodeRules, max_priority
 from replay.chunk_plan import max_chunk_frames
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
-from shared.exploration import collector_epsilon, stream_epsilons
+from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.protocol import (
+    DEFAULT_MAX_ABS_REWARD,
     HEADER_SIZE,
     HELLO,
     WELCOME,
@@ -60,6 +65,26 @@ FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener
 FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
 
 Reject = Callable[[str, str], None]
+# What a collector reads of the run's config, and all of it the WELCOME carries (docs/PROTOCOL.md, "Observations,
+# `stack` and the configuration"): the env section whole (the collector builds the same env), these fields of the
+# others (None: the section whole). Nothing else of the head's config leaves the head: no paths, ports or keys.
+WELCOME_CONFIG: dict[str, tuple[str, ...] | None] = {
+    "env": None,
+    "collectors": ("envs_per_collector", "chunk_steps", "heartbeat_s", "send_hwm", "eps_decay_updates",
+                   "torch_threads"),
+    "replay": ("n_step", "gamma", "capacity"),
+    "learner": ("hidden", "dueling"),
+    "transport": ("max_chunks_in_flight", "head_timeout_s", "socket_buffer_bytes"),
+}
+
+
+def collector_config(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The part of a run's config (`Config.to_dict()`) a WELCOME carries: WELCOME_CONFIG's sections and fields."""
+    out = {}
+    for section, names in WELCOME_CONFIG.items():
+        values = dict(config.get(section, {}))
+        out[section] = values if names is None else {name: values[name] for name in names if name in values}
+    return out
 
 
 def open_files_room(registrations: int) -> int:
@@ -128,10 +153,11 @@ class Registrar:
     ) -> None:
         """`transport`: endpoints, CURVE, socket options; `collectors`: the count and the epsilon schedule;
         `replay`: its capacity sets the largest chunk, hence the data sockets' MAXMSGSIZE; `welcome_config`:
-        the run's whole config as every WELCOME carries it to the collector (`Config.to_dict()`)."""
+        the run's whole config (`Config.to_dict()`): every WELCOME carries the part a collector reads
+        (`collector_config`), and its env section says how collectors' episode summaries are checked."""
         t = self.transport = transport
         self.collectors = collectors
-        self.welcome_config = dict(welcome_config)
+        self.welcome_config = collector_config(welcome_config)
         self.weights_endpoints = weights_endpoints  # {"local": ipc://..., "remote": tcp://..., "inproc": ...}
         self.num_collectors = max(1, num_collectors if num_collectors is not None else collectors.count)
         self.ctx = context
@@ -139,7 +165,14 @@ class Registrar:
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
         self.data_max_msg = data_max_msg_bytes(spec, max_chunk_frames(replay.capacity))
         self.hostname = pysocket.gethostname()
-        self._welcomes: collections.OrderedDict[str, list[bytes]] = collections.OrderedDict()
+        # nonce -> (WELCOME, the control connection it answered, its registration)
+        self._welcomes: collections.OrderedDict[str, tuple[list[bytes], bytes, CollectorState]] = \
+            collections.OrderedDict()
+        # what the head enforces on every collector's chunks and summaries (ingest/peers.py)
+        env = dict(self.welcome_config.get("env", {}))
+        self.episode_rules = EpisodeRules(
+            float(env.get("reward_scale", 1.0)), verify_returns=not env.get("clip_rewards", False),
+            max_priority=max_priority(float(env.get("max_abs_reward", DEFAULT_MAX_ABS_REWARD)), replay.gamma))
         self._next_id = 1
         self._extra_slots = 0  # slots handed to collectors beyond num_collectors (remote ones)
         self._log_budget = LogBudget()  # a HELLO flood must not flood the log
@@ -207,7 +240,13 @@ class Registrar:
             return None
         nonce = hello["nonce"]
         if nonce and nonce in self._welcomes:
-            self._send(identity, self._welcomes[nonce])
+            reply, asked_by, state = self._welcomes[nonce]
+            if identity == asked_by and not state.heard and not state.closed:
+                self._send(identity, reply)  # a retry: the WELCOME may still be on its way
+            else:  # another connection, or a registration in use: answered once, never again
+                reject("replayed_hello", f"nonce {nonce[:64]!r}")
+                self._send(identity, encode_json(WELCOME, {"refused": "this HELLO's nonce was answered already; "
+                                                                      "register with a new nonce"}))
             return None
         if open_count >= self.max_open:
             reject("too_many_collectors", "")
@@ -217,7 +256,7 @@ class Registrar:
             return None
         state, reply = self._register(hello, peer)
         if nonce:
-            self._welcomes[nonce] = reply
+            self._welcomes[nonce] = (reply, identity, state)
             while len(self._welcomes) > WELCOME_CACHE:
                 self._welcomes.popitem(last=False)
         self._send(identity, reply)
@@ -250,12 +289,16 @@ class Registrar:
             endpoint = self._bind(sock, f"tcp://{t.bind}:0")
         slot = hello["slot"]
         if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own, never reused
-            slot = self.num_collectors + self._extra_slots
+            # after the local collectors' slots; from slot 0 when there are none (--collectors 0)
+            slot = (self.num_collectors if self.collectors.count > 0 else 0) + self._extra_slots
             self._extra_slots += 1
         epsilons = self._epsilons(slot)
         eps = min(epsilons)  # the slot's least-exploring stream: what "the greedy slot" is chosen by
         token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
-        state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"])
+        state = CollectorState(cid, endpoint, sock, token, host, hello["pid"], slot, eps, nonce=hello["nonce"],
+                               stream_limit=min(MAX_TRACKED_STREAMS, max(self.collectors.envs_per_collector,
+                                                                         hello["envs"])),
+                               rules=self.episode_rules)
         kind = "inproc" if inproc else "local" if local else "remote"
         weights = self.weights_endpoints.get(kind) or self.weights_endpoints.get("remote", "")
         allowed, dropped = self._log_budget.allow()
@@ -265,17 +308,14 @@ class Registrar:
         welcome = {
             "collector_id": cid, "data_endpoint": endpoint, "data_token": token.hex(), "weights_endpoint": weights,
             "epsilon": eps, "epsilons": epsilons, "num_collectors": self.num_collectors, "slot": slot,
-            "config": self.welcome_config,
+            "config": self.welcome_config, "credit_every_s": self.collectors.heartbeat_s,
         }
         return state, encode_json(WELCOME, welcome, collector=cid)
 
     def _epsilons(self, slot: int) -> list[float]:
-        """The Ape-X epsilon of each of the slot's K envs (collectors.eps_per: per stream or per collector)."""
+        """The Ape-X epsilon of each of the slot's K envs (shared.exploration.slot_epsilons)."""
         c = self.collectors
-        k = c.envs_per_collector
-        if c.eps_per == "collector":  # slots past num_collectors continue the sequence: no repeats either
-            return [collector_epsilon(slot, self.num_collectors, c.eps_base, c.eps_alpha)] * k
-        return stream_epsilons(slot * k, k, self.num_collectors * k, c.eps_base, c.eps_alpha)
+        return slot_epsilons(slot, self.num_collectors, c.envs_per_collector, c.eps_base, c.eps_alpha, c.eps_per)
 
     # ------------------------------------------------------------------ teardown
     def release(self, state: CollectorState) -> None:
@@ -286,7 +326,9 @@ class Registrar:
                 os.unlink(state.endpoint[len("ipc://"):])
             except OSError:
                 pass
-        self._welcomes.pop(state.nonce, None)
+        cached = self._welcomes.get(state.nonce)
+        if cached is not None and cached[2] is state:
+            del self._welcomes[state.nonce]
 
     def close(self) -> None:
         """Close the control socket, stop the authenticator, remove the ipc folder (idempotent)."""

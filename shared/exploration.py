@@ -31,3 +31,16 @@ def collector_epsilon(index: int, total: int, base: float, alpha: float) -> floa
     """Ape-X per collector (one epsilon for all its envs): the `stream_epsilons` formula with one stream
     per collector, so collector `index` of `total` gets base ** (1 + alpha * index / (total - 1))."""
     return stream_epsilons(index, 1, total, base, alpha)[0]
+
+
+def slot_epsilons(slot: int, slots: int, k: int, base: float, alpha: float, per: str = "collector") -> list[float]:
+    """The Ape-X epsilon of each of the K envs of exploration slot `slot` when the run has `slots` slots (N).
+
+    per "stream": stream i = slot x K + k gets stream_epsilons' value over N x K streams. per "collector": all K
+    envs of slot s get collector_epsilon(s, N) -- except with N = 1, where the per-collector formula
+    base ** (1 + alpha * s / (N - 1)) has no spread to give (it divides by zero): a lone collector spreads the
+    epsilons over its own K envs instead, as per "stream" does. Slots past N continue the sequence either way.
+    """
+    if per == "stream" or slots <= 1:
+        return stream_epsilons(slot * k, k, max(1, slots) * k, base, alpha)
+    return [collector_epsilon(slot, slots, base, alpha)] * k

@@ -589,3 +589,44 @@ def test_curve_head_ignores_forged_summaries_and_stops_at_max_env_steps(tmp_path
     report.update(check_final_artifacts(head, before))
     report.update(done=done[-1], forged_before_any_episode=report["forged_at"].get("episodes", 0) == 0)
     print("\nhead B:", json.dumps(report, indent=1, sort_keys=True, default=str))
+
+
+# ---------------------------------------------------------------------------- forged episodes against a real head
+def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
+    """The exact attack that stopped a CartPole run as solved at 37 env steps: one valid 40-frame chunk (37
+    transitions, the episode not ended) and 20 summaries of (length 1, return 500), then 20 of (1, 2e6).
+    No local collectors: every episode the head counts comes from the attacker's sockets. The forged summaries
+    must not count (ret20 stays empty, the run goes on); a genuine episode's summary still counts."""
+    from bench.attack import FakeCollector, forged_episodes, valid_chunk
+    from ingest.peers import PENDING_SUMMARIES_PER_STREAM
+
+    head = LiveHead(tmp_path, [*CARTPOLE, "--collectors", "0", "--target-return", "475"], name="forged")
+    ctx = zmq.Context()
+    try:
+        assert wait_for(lambda: not head.alive() or head.rows(), 150), head.tail()
+        assert head.alive(), head.tail()
+        result = forged_episodes(ctx, head.connect, count=20, returns=(500.0, 2e6))
+        assert result["acknowledged"], result
+        row = head.settled()
+        assert head.alive(), head.tail()  # not stopped as solved
+        assert row["episodes"] == 0 and row["env_steps"] == 37, row
+        assert row["mean_return_20"] is None, row  # no episode (the metrics write NaN as null)
+        # a genuine episode on another stream: 39 steps of reward 0.1 (scaled by 0.1: 39 unscaled), summary first
+        honest = FakeCollector(ctx, head.connect)
+        honest.summary(39.0, 39, stream=1)
+        honest.chunk(valid_chunk(steps=39, stream=1))
+        assert honest.wait_credit(honest.seq, 30)
+        honest.close()
+        row = head.settled()
+        assert row["episodes"] == 1 and row["mean_return_20"] == pytest.approx(39.0), row
+        # the forged ones wait for an episode end that never comes on stream 0: a bounded backlog, the rest counted
+        backlog = 2 * 20 - PENDING_SUMMARIES_PER_STREAM
+        assert row["rejected"] == backlog and row["rejected_by_reason"] == {"summary_backlog": backlog}, row
+        code, _ = head.sigint(30.0)
+    except BaseException:
+        head.kill()
+        raise
+    finally:
+        ctx.destroy(linger=0)
+    done = [line for line in head.output().splitlines() if line.startswith("[DONE]")]
+    assert code == 0 and done and "'reason': 'signal'" in done[-1], head.tail()

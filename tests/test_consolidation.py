@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +22,7 @@ from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
 from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
-from ingest.registration import Registrar
+from ingest.registration import Registrar, collector_config
 from shared import protocol as P
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
@@ -91,12 +92,19 @@ def make_replay():
 
 def counting_chunks(count: int, stream: int = 0) -> list[TransitionChunk]:
     """Real chunks cut by the collector's StreamRecorder from the counting env."""
-    env = gym.make("ApeXCounting-v0", disable_env_checker=True)
+    return counting_stream(count, stream)[0]
+
+
+def counting_stream(count: int, stream: int = 0, episode_length: int = 37) -> tuple[list[TransitionChunk],
+                                                                                   list[P.EpisodeSummary]]:
+    """`count` chunks as counting_chunks cuts them, and the EPISODE_SUMMARY of each episode that ended meanwhile
+    (what the reference collector sends: length and the sum of the rewards, reward_scale 1)."""
+    env = gym.make("ApeXCounting-v0", disable_env_checker=True, episode_length=episode_length)
     rec = StreamRecorder(stream, 4, 3, 0.99, 8, 4)
     obs, _ = env.reset(seed=stream)
     rec.begin_episode(obs)
     rng = np.random.default_rng(0)
-    out = []
+    out, summaries, length, ret = [], [], 0, 0.0
     while len(out) < count:
         rec.set_q(rng.random(4).astype(np.float32))
         if rec.ready():
@@ -104,17 +112,21 @@ def counting_chunks(count: int, stream: int = 0) -> list[TransitionChunk]:
         a = int(rng.integers(4))
         obs, r, te, tr, _ = env.step(a)
         rec.record_step(a, r, obs, te, tr)
+        length, ret = length + 1, ret + r
         if te or tr:
+            summaries.append(P.EpisodeSummary(stream, length, ret, 100, False, 1, 1))
+            length, ret = 0, 0.0
             obs, _ = env.reset()
             rec.begin_episode(obs)
-    return out
+    return out, summaries
 
 
 class Head:
     """A running consolidation thread plus a registered raw data socket to poke it with."""
 
     def __init__(self, replay, config: Config | None = None, version: Callable[[], int] = lambda: 5,
-                 curve=None, raw_socket: bool = True, may_insert: Callable[[], bool] = lambda: True) -> None:
+                 curve=None, raw_socket: bool = True, may_insert: Callable[[], bool] = lambda: True,
+                 slot: int = 0) -> None:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         c = self.config
@@ -126,7 +138,7 @@ class Head:
                                           latest_weight_version=version, gate=Gate(may_insert))
         self.thread.start()
         self.replay = replay
-        self.welcome = register(self.ctx, self.thread.control_endpoint, slot=0, curve=curve, timeout_s=10)
+        self.welcome = register(self.ctx, self.thread.control_endpoint, slot=slot, curve=curve, timeout_s=10)
         self.cid = self.welcome.collector_id
         self.welcome_pid = os.getpid()
         self.push = self.ctx.socket(zmq.DEALER)  # the head binds a ROUTER per collector
@@ -193,7 +205,7 @@ def _check_stream_epsilons(head: Head) -> None:
     assert head.welcome.epsilons == pytest.approx([0.4, 0.4 ** (1 + 7 / 3)])
     assert second.epsilons == pytest.approx([0.4 ** (1 + 14 / 3), 0.4 ** 8])
     assert second.epsilon == pytest.approx(0.4 ** 8) and head.welcome.epsilon == pytest.approx(0.4 ** (1 + 7 / 3))
-    assert head.welcome.config == head.config
+    assert head.welcome.config == Config.from_dict(collector_config(head.config.to_dict()))  # what collectors read
 
 
 @pytest.mark.parametrize("per", ["stream", "collector"])
@@ -217,6 +229,24 @@ def _check_extra_slots(head: Head, per: str) -> None:
     assert stream_epsilons(0, 1, 1, 0.4, 7.0) == [0.4]
 
 
+@pytest.mark.parametrize("count,slot", [(0, -1), (1, 0)], ids=["collectors-0-remote", "collectors-1"])
+def test_a_lone_collector_spreads_the_ape_x_epsilons_over_its_envs(count: int, slot: int) -> None:
+    """N = 1 divided by zero in eps_base ** (1 + eps_alpha * i / (N - 1)): a head started with --collectors 0
+    gave its one remote collector eps_base ** (1 + eps_alpha) (1e-8 for CartPole) on every stream. A lone
+    collector now gets the per-stream spread over its K envs, from slot 0."""
+    config = small_config().with_overrides([f"collectors.count={count}", "collectors.envs_per_collector=4",
+                                            "collectors.eps_base=0.1", "collectors.eps_per=collector"])
+    head = Head(make_replay(), config=config, slot=slot)
+    try:
+        assert head.welcome.slot == 0 and head.welcome.num_collectors == 1
+        assert head.welcome.epsilons == pytest.approx([0.1 ** (1 + 7 * k / 3) for k in range(4)])
+        second = register(head.ctx, head.thread.control_endpoint, slot=-1, timeout_s=10)  # past N: continues below
+        assert second.slot == 1 and max(second.epsilons) < min(head.welcome.epsilons)
+        assert len(set(second.epsilons)) == 4
+    finally:
+        head.close()
+
+
 def test_per_collector_epsilons_give_all_envs_of_a_slot_one_value() -> None:
     h = Head(make_replay(), config=small_config().with_overrides(["collectors.eps_per=collector"]))
     try:
@@ -228,11 +258,12 @@ def test_per_collector_epsilons_give_all_envs_of_a_slot_one_value() -> None:
 
 def test_valid_messages_are_counted_and_written(head: Head) -> None:
     before = head.handled()
-    chunks = counting_chunks(3)
+    chunks, summaries = counting_stream(3, episode_length=20)  # 24 transitions: the first episode's 20 steps end
+    assert [e.length for e in summaries] == [20]
     for chunk in chunks:
         head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
     head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
-    head.send(P.encode_episode(P.EpisodeSummary(0, 20, 12.0, 100, False, 1, 1), head.cid, head.next_seq(), 5))
+    head.send(P.encode_episode(summaries[0], head.cid, head.next_seq(), 5))
     head.wait_handled(before, 5)
     s = head.thread.stats()
     assert (s.chunks, s.heartbeats, s.episodes, s.rejected, s.gaps) == (3, 1, 1, 0, 0)
@@ -254,12 +285,21 @@ def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> No
     s = head.thread.stats()
     assert s.episodes == 0 and s.recent_episodes == []
     assert s.rejected_by_reason == {"episode_out_of_range": 1}  # 5e9 in one step is beyond any reward bound
-    # the stream's transitions arrive: the summaries they cover now count (8 transitions: 8 one-step episodes,
-    # of which only the newest PENDING_SUMMARIES_PER_STREAM were kept)
-    send(P.encode_chunk(counting_chunks(1)[0], head.cid, head.next_seq(), 5))
-    assert wait_for(lambda: head.thread.stats().episodes > 0, 10, 0.005)
+    # the stream's transitions arrive: 8 of them end no episode, so nothing counts yet (8 transitions once made
+    # 8 one-step episodes count); when its first episode (37 steps) ends, no forged one matches it
+    chunks, summaries = counting_stream(5)
+    send(P.encode_chunk(chunks[0], head.cid, head.next_seq(), 5))
+    assert wait_for(lambda: head.thread.stats().transitions > 0, 10, 0.005)
+    assert head.thread.stats().episodes == 0
+    for chunk in chunks[1:]:
+        send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+    assert wait_for(lambda: head.thread.stats().rejected == 21, 10, 0.005)
     s = head.thread.stats()
-    assert s.episodes == min(8, PENDING_SUMMARIES_PER_STREAM) == len(s.recent_episodes)
+    assert s.episodes == 0 and s.rejected_by_reason == {"episode_out_of_range": 1, "episode_mismatch": 20}
+    assert 20 <= PENDING_SUMMARIES_PER_STREAM  # all of them waited for the episode's end
+    send(P.encode_episode(summaries[0], head.cid, head.next_seq(), 5))  # the genuine one counts
+    assert wait_for(lambda: head.thread.stats().episodes == 1, 10, 0.005)
+    assert head.thread.stats().recent_episodes == summaries[:1] and summaries[0].length == 37
 
 
 def test_sequence_duplicates_rejected_gaps_counted(head: Head) -> None:
@@ -560,4 +600,147 @@ def test_a_batched_write_admits_what_one_by_one_writes_would() -> None:
         time.sleep(0.1)
         assert len(sink.chunks) == 3 and head.thread.stats().parked == 1
     finally:
+        head.close()
+
+
+# ------------------------------------------------------------------ admitted but hostile peers
+def test_a_summary_flood_keeps_the_registration_bounded_and_counted() -> None:
+    """20,000 EPISODE_SUMMARY on distinct stream ids and no transitions (1,000,000 grew a head by > 1 GB):
+    the registration keeps only its own streams' backlog, and the rest is counted."""
+    from bench.attack import summary_flood
+
+    head = Head(make_replay(), config=small_config(max_chunks_in_flight=2))
+    try:
+        result = summary_flood(head.ctx, head.thread.control_endpoint, count=20_000)
+        assert result["acknowledged"], result
+        streams = head.config.collectors.envs_per_collector  # the flood's HELLO says envs 1: the config's K wins
+        state = head.thread.collectors[result["collector_id"]]
+        assert len(state.streams) == streams and state.pending_summaries == streams
+        s = head.thread.stats()
+        assert s.rejected_by_reason == {"stream_range": 20_000 - streams} and s.episodes == 0
+    finally:
+        head.close()
+
+
+def test_a_replayed_hello_is_refused_and_the_owner_keeps_its_registration() -> None:
+    """The owner's HELLO bytes sent again from another connection returned the owner's WELCOME (its routing id):
+    the replayer connected with it first, and ZeroMQ never read the owner's data. Now the replay is refused."""
+    from bench.attack import replayed_hello
+
+    head = Head(make_replay(), config=small_config(max_chunks_in_flight=2))
+    try:
+        result = replayed_hello(head.ctx, head.thread.control_endpoint, owner_messages=5)
+        assert result["replay_refused"] and not result["replay_got_token"], result
+        assert result["owner_credited"] == 5, result  # every owner message read and acknowledged
+        s = head.thread.stats()
+        assert s.rejected_by_reason == {"replayed_hello": 1} and s.registrations == 2 and s.heartbeats == 5
+    finally:
+        head.close()
+
+
+def test_a_retried_hello_gets_the_same_welcome_until_the_registration_is_used() -> None:
+    """A collector that resends its HELLO (same bytes, same connection) because no WELCOME came yet gets the same
+    WELCOME, never a second registration; once the registration has sent data, the nonce is spent."""
+    head = Head(make_replay(), config=small_config(max_chunks_in_flight=2))
+    dealer = head.ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    try:
+        dealer.connect(head.thread.control_endpoint)
+        hello = P.encode_json(P.HELLO, {"host": "retry", "pid": 1, "slot": -1, "nonce": "n" * 32, "envs": 2})
+        for _ in range(3):
+            dealer.send_multipart(hello)
+        replies = []
+        for _ in range(3):
+            assert dealer.poll(10_000)
+            replies.append(P.decode(dealer.recv_multipart()).payload)
+        assert all("refused" not in r for r in replies), replies
+        assert len({(r["collector_id"], r["data_token"]) for r in replies}) == 1
+        assert wait_for(lambda: head.thread.stats().registrations == 2, 10, 0.005)
+        assert head.thread.stats().rejected == 0
+        owner = head.ctx.socket(zmq.DEALER)
+        owner.linger = 0
+        owner.setsockopt(zmq.ROUTING_ID, bytes.fromhex(replies[0]["data_token"]))
+        owner.connect(replies[0]["data_endpoint"])
+        P.send_parts(owner, P.encode_simple(P.HEARTBEAT, replies[0]["collector_id"], 1))
+        assert wait_for(lambda: head.thread.stats().heartbeats == 1, 10, 0.005)
+        owner.close(0)
+        dealer.send_multipart(hello)  # the registration is in use: a late copy is refused, counted
+        assert dealer.poll(10_000)
+        assert "refused" in P.decode(dealer.recv_multipart()).payload
+        assert wait_for(lambda: head.thread.stats().rejected_by_reason == {"replayed_hello": 1}, 10, 0.005)
+        assert head.thread.stats().registrations == 2
+    finally:
+        dealer.close(0)
+        head.close()
+
+
+def test_a_sequence_number_far_ahead_is_rejected_without_moving_the_sequence(head: Head) -> None:
+    """One HEARTBEAT with seq 2**64-1 made every later message of its registration stale_seq."""
+    before = head.handled()
+    head.send(P.encode_simple(P.HEARTBEAT, head.cid, 2**64 - 1, 5))
+    for _ in range(3):
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    head.wait_handled(before, 4)
+    s = head.thread.stats()
+    assert s.rejected_by_reason == {"seq_jump": 1} and s.heartbeats == 3 and s.gaps == 0
+
+
+def test_collector_priorities_are_capped_like_the_learner_s() -> None:
+    """Priorities were only checked finite and >= 0: 3e38 made one collector's transitions dominate sampling.
+    They are clipped to the cap (the learner's |TD| cap, or the config's reward bound when tighter) and the
+    chunks clipped are counted; the chunk itself is stored."""
+    from ingest.peers import max_priority
+    from replay.sampler import MAX_PRIORITY_TD
+
+    sink = RecordingSink()
+    config = small_config().with_overrides(["env.max_abs_reward=10", "replay.gamma=0.9"])  # rewards <= 9 here
+    head = Head(sink, config=config)
+    try:
+        cap = max_priority(config.env.max_abs_reward, config.replay.gamma)
+        assert cap == pytest.approx(2 * 10 / (1 - 0.9)) and cap < MAX_PRIORITY_TD
+        assert max_priority(1e30, 1.0) == MAX_PRIORITY_TD
+        chunks = counting_chunks(2)
+        hostile = replace(chunks[1], priorities=np.full_like(chunks[1].priorities, 3e38))
+        for chunk in (chunks[0], hostile):
+            head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: len(sink.chunks) == 2, 10, 0.005)
+        np.testing.assert_array_equal(sink.chunks[0].priorities, chunks[0].priorities)  # below the cap: as sent
+        assert float(sink.chunks[1].priorities.max()) == pytest.approx(cap) and sink.chunks[1].priorities.dtype == np.float32
+        s = head.thread.stats()
+        assert s.priorities_capped == 1 and s.rejected == 0 and s.chunks == 2
+    finally:
+        head.close()
+
+
+def test_the_welcome_carries_what_a_collector_reads_and_no_path_of_the_head(tmp_path) -> None:
+    """The WELCOME carried the whole config, the head's run directory and keys path included. Now: the env
+    section and the fields a collector reads (ingest.registration.WELCOME_CONFIG), which rebuild its Config."""
+    from ingest.registration import WELCOME_CONFIG
+
+    run_dir, keys = tmp_path / "head-run", generate(tmp_path / "head-keys")
+    cfg = small_config(curve_keys_dir=str(keys)).with_overrides([f"logging.run_dir={run_dir}", "replay.gamma=0.95",
+                                                                "learner.hidden=64", "collectors.heartbeat_s=0.5"])
+    head = Head(RecordingSink(), config=cfg, curve=load_client(keys))
+    dealer = head.ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    load_client(keys).apply(dealer)
+    try:
+        dealer.connect(head.thread.control_endpoint)
+        dealer.send_multipart(P.encode_json(P.HELLO, {"host": "remote", "nonce": "w" * 32}))
+        assert dealer.poll(10_000)
+        raw = dealer.recv_multipart()[1].decode()
+        sent = json.loads(raw)["config"]
+        for secret in (str(tmp_path), '"run_dir"', '"curve_keys_dir"', '"bind"', '"port"', '"logging"'):
+            assert secret not in raw, secret
+        assert set(sent) == set(WELCOME_CONFIG) and sent["env"] == cfg.to_dict()["env"]
+        for section, names in WELCOME_CONFIG.items():
+            if names is not None:
+                assert set(sent[section]) == set(names), section
+        rebuilt = Config.from_dict(sent)  # what the reference collector acts on
+        for section, names in WELCOME_CONFIG.items():
+            for name in names or [f.name for f in fields(getattr(cfg, section))]:
+                assert getattr(getattr(rebuilt, section), name) == getattr(getattr(cfg, section), name), name
+        assert head.welcome.config == rebuilt and head.welcome.config.logging.run_dir == ""
+    finally:
+        dealer.close(0)
         head.close()

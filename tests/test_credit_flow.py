@@ -110,7 +110,8 @@ def test_rejected_messages_are_credited_too() -> None:
 
 
 def test_no_credit_traffic_when_the_limit_is_off() -> None:
-    head = Head(RecordingSink(), small_config())
+    # no acknowledgements: with the limit off a CREDIT is only the keep-alive every collectors.heartbeat_s
+    head = Head(RecordingSink(), small_config().with_overrides(["collectors.heartbeat_s=600"]))
     try:
         before = head.handled()
         for chunk in counting_chunks(3):
@@ -125,3 +126,24 @@ def test_credit_is_a_header_only_message() -> None:
     parts = P.encode_simple(P.CREDIT, 7, 42)
     msg = P.decode(parts)
     assert (msg.header.msg_type, msg.header.collector, msg.header.seq) == (P.CREDIT, 7, 42)
+
+
+
+def test_credits_on_or_off_a_keep_alive_reaches_every_data_socket() -> None:
+    """A CREDIT at least every credit_every_s (the WELCOME's promise): how a collector learns its registration
+    is alive, and from their absence that the head reclaimed it."""
+    head = Head(RecordingSink(), small_config().with_overrides(["collectors.heartbeat_s=0.2"]), may_insert=lambda: False)
+    try:
+        assert head.welcome.credit_every_s == 0.2
+        head.send(P.encode_chunk(counting_chunks(1)[0], head.cid, head.next_seq(), 0))  # parked: nothing to credit
+        assert wait_for(lambda: head.thread.stats().parked == 1, 10, 0.005)
+        seen: list[int] = []
+
+        def three_keep_alives() -> bool:
+            seen.extend(_credits(head.push, 100))
+            return len(seen) >= 3
+
+        assert wait_for(three_keep_alives, 30, 0.0)
+        assert set(seen) == {0}  # the parked chunk (seq 1) is not acknowledged: they only say "alive"
+    finally:
+        head.close()

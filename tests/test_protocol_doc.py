@@ -30,7 +30,8 @@ from shared.weights import DTYPES, cpu_state, encode_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "PROTOCOL.md").read_text()
-HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "ingest" / "consolidation.py", ROOT / "ingest" / "registration.py"]
+HEAD_SOURCES = [ROOT / "shared" / "protocol.py", ROOT / "ingest" / "consolidation.py", ROOT / "ingest" / "registration.py",
+                ROOT / "ingest" / "peers.py"]
 
 
 # ---------------------------------------------------------------------------- doc parsing
@@ -82,7 +83,9 @@ def example() -> dict[str, Any]:
 def code_reasons(paths: list[Path]) -> set[str]:
     found: set[str] = set()
     for path in paths:
-        found |= set(re.findall(r'(?:ProtocolError|_?reject)\(\s*"([a-z_]+)"', path.read_text()))
+        text = path.read_text()
+        found |= set(re.findall(r'(?:ProtocolError|_?reject)\(\s*"([a-z_]+)"', text))
+        found |= set(re.findall(r'rejected(?:=\(|\.append\()\(\s*"([a-z_]+)"', text))  # ingest/peers.py verdicts
     return found
 
 
@@ -161,12 +164,33 @@ def test_dtype_codes() -> None:
 # ---------------------------------------------------------------------------- reasons
 def test_every_head_reason_is_documented_and_no_other() -> None:
     in_code = code_reasons(HEAD_SOURCES)
-    assert {"bad_magic", "foreign_peer", "stale_seq", "replay_rejected"} <= in_code, "the reason grep broke"
+    assert {"bad_magic", "foreign_peer", "stale_seq", "replay_rejected", "episode_mismatch"} <= in_code, \
+        "the reason grep broke"
     rows = table_rows(section("## Validation (head) and reason strings"), "Reason")
     in_doc = [unquote(r[0]) for r in rows]
     assert len(in_doc) == len(set(in_doc)), "a reason is listed twice"
     assert set(in_doc) - in_code == set(), "the doc lists reasons the head never produces"
     assert in_code - set(in_doc) == set(), "reasons the head produces are missing from the doc"
+
+
+def test_episode_and_sequence_bounds_are_the_code_s() -> None:
+    from ingest import consolidation, peers
+
+    text = section("## EPISODE_SUMMARY")
+    assert (f"most {peers.PENDING_SUMMARIES_PER_STREAM} per stream and {peers.PENDING_SUMMARIES_TOTAL} per "
+            "registration wait") in " ".join(text.split())
+    assert f"keeps the {peers.ENDS_KEPT_PER_STREAM} newest episode ends" in " ".join(text.split())
+    assert f"and below {peers.MAX_TRACKED_STREAMS} (`stream_range`" in " ".join(text.split())
+    tolerance = re.search(r"relative ([0-9.e-]+) of the sum of their absolute values, plus ([0-9.e-]+)\)",
+                          " ".join(text.split()))
+    assert tolerance is not None
+    assert (float(tolerance.group(1)), float(tolerance.group(2))) == (peers.RETURN_RTOL, peers.RETURN_ATOL)
+    rows = {unquote(r[0]): r[1] for r in table_rows(section("## Validation (head) and reason strings"), "Reason")}
+    assert f"{peers.PENDING_SUMMARIES_PER_STREAM} per stream, {peers.PENDING_SUMMARIES_TOTAL} per registration" \
+        in rows["summary_backlog"]
+    stated = re.search(r"more than 2\^(\d+) past", rows["seq_jump"])
+    assert stated is not None and 2 ** int(stated.group(1)) == consolidation.MAX_SEQ_JUMP
+    assert f"more than 2^{stated.group(1)} past the newest one read" in " ".join(section("## Sequence numbers").split())
 
 
 def test_collector_side_weight_reasons_are_documented() -> None:
@@ -190,6 +214,17 @@ def test_config_keys_named_in_the_doc_exist() -> None:
               "collectors.send_hwm", "transport.max_chunks_in_flight", "transport.head_timeout_s",
               "collectors.eps_decay_updates", "learner.hidden", "learner.dueling", "env.frame_stack", "env.frame_size"}
     assert needed - table == set(), "config keys a collector needs are missing from the doc's table"
+
+
+def test_the_welcome_carries_exactly_the_config_keys_of_the_doc_s_table() -> None:
+    from ingest.registration import WELCOME_CONFIG
+
+    table = {unquote(key) for r in table_rows(section("## Observations, `stack` and the configuration"), "Key")
+             for key in r[0].split(",")}
+    sent = {f"{section}.{name}" for section, names in WELCOME_CONFIG.items()
+            for name in (names if names is not None else [f.name for f in fields(getattr(Config(), section))])}
+    assert table == sent, f"documented, not sent: {sorted(table - sent)}; sent, not documented: {sorted(sent - table)}"
+    assert WELCOME_CONFIG["env"] is None and "logging" not in WELCOME_CONFIG
 
 
 def test_observation_spec_rules() -> None:
@@ -261,6 +296,25 @@ def test_weights_dtype_list_and_loading_snippet() -> None:
          {"json": json, "torch": torch, "parts": parts, "net": net})
     x = torch.randn(5, 1, 4)
     assert torch.equal(net(x), source(x))
+
+
+def test_the_numpy_weights_snippet_reads_every_dtype_as_torch_does() -> None:
+    """The doc's torch-free loader, run on a WEIGHTS message holding one tensor of each dtype the manifest may name
+    (bfloat16 included), gives the values torch holds."""
+    snippets = re.findall(r"```python numpy-weights\n(.*?)\n\s*```", DOC, flags=re.S)
+    assert len(snippets) == 1, "expected one python numpy-weights snippet"
+    values = torch.tensor([[-1.5, 0.0], [3.25, 1e3]])
+    state = {name: (values > 0 if name == "bool" else values.to(dtype)) for name, dtype in DTYPES.items()}
+    parts = [bytes(memoryview(p)) for p in encode_weights(3, cpu_state(state))]
+    scope = {"json": json, "np": np, "parts": parts}
+    exec(compile("\n".join(line[3:] if line.startswith("   ") else line for line in snippets[0].splitlines()),
+                 "PROTOCOL.md", "exec"), scope)
+    arrays = scope["arrays"]
+    assert set(arrays) == set(DTYPES)
+    for name, tensor in state.items():
+        expected = tensor.float().numpy() if name == "bfloat16" else tensor.numpy()
+        np.testing.assert_array_equal(arrays[name], expected, err_msg=name)
+        assert arrays[name].shape == (2, 2)
 
 
 # ---------------------------------------------------------------------------- worked example
