@@ -300,10 +300,10 @@ class HeadLink:
         return time.monotonic() - self.last_head > self.head_timeout_s
 
     def reclaimed(self) -> bool:
-        """True when the head stopped sending CREDIT on our data socket while its weights socket is alive: it
-        reclaimed this registration (BYE aside, after transport.head_timeout_s of silence from us)."""
-        return bool(self.reclaim_after_s) and time.monotonic() - self.last_credit > self.reclaim_after_s \
-            and not self.head_silent()
+        """True when the head kept talking on the weights socket for reclaim_after_s after its last CREDIT on our
+        data socket: it reclaimed this registration (BYE aside, after transport.head_timeout_s of silence from us).
+        A head that stops altogether stops both, which is head silence instead."""
+        return bool(self.reclaim_after_s) and self.last_head - self.last_credit > self.reclaim_after_s
 
     def must_exit(self) -> bool:
         return self.stop_requested or self.head_silent() or self.reclaimed() or self.should_stop()

@@ -48,8 +48,9 @@ def _collect_once(ctx: zmq.Context, connect: str, slot: int, stop: threading.Eve
         t = collector.timing
         reclaimed = link.reclaimed() and not stop.is_set()
         if reclaimed:
-            log.warning("collector %d: the head reclaimed this registration (no CREDIT on its data socket for %.0f s "
-                        "while the head was alive); registering again", welcome.collector_id, link.reclaim_after_s)
+            log.warning("collector %d: the head reclaimed this registration (no CREDIT on its data socket for over "
+                        "%.0f s while the head kept publishing); registering again", welcome.collector_id,
+                        link.reclaim_after_s)
             reason = "reclaimed"
         log.info("collector %d exiting (%s) after %d steps, overhead %.1f%% of env time, %.1f s waiting for credit",
                  welcome.collector_id, reason, t.steps, 100 * t.overhead_frac if t.env_s else 0.0, link.credit_wait_s)

@@ -2,8 +2,9 @@
 the head reclaims: it learns so from its data socket and registers again, instead of blocking until stopped.
 
 The head promises a CREDIT on every data socket at least every `credit_every_s` (the WELCOME says so); a
-collector that gets none for transport.head_timeout_s while the head's weights socket is alive knows its
-registration is gone (docs/PROTOCOL.md, "Registrations end")."""
+collector that still hears the head's weights socket transport.head_timeout_s after its last CREDIT knows its
+registration is gone, and a collector whose head stopped altogether exits instead (docs/PROTOCOL.md,
+"Registrations end")."""
 
 from __future__ import annotations
 
