@@ -21,8 +21,6 @@ Also: data_wait_frac per mode, compile_s, forward_ms_b2048 (no-grad forward, 204
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.report import print_json
 from learner.precision import cpu_has_native_bf16, resolve_precision
 from learner.trainer import Learner
 from shared.batch import SampleBatch
@@ -235,12 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_learner_bench(quick=args.quick, device=args.device)
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    print_json(result, args.out)
     return 0
 
 

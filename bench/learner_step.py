@@ -25,7 +25,6 @@ as on a machine's first run, the later repeats' come from inductor's on-disk cac
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -35,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from bench.report import print_json
 
 OBS_SHAPE = (84, 84)
 STACK, NUM_ACTIONS, N_STEP, GAMMA = 4, 7, 3, 0.99
@@ -257,12 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         result = run_step_bench(quick=args.quick, device=args.device, repeats=args.repeats, capacity=args.capacity,
                                 seconds=args.seconds, batches=batches, precisions=precisions)
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    print_json(result, args.out)
     return 0
 
 

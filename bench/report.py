@@ -260,6 +260,16 @@ def flag_noise(report: dict[str, Any], errors: dict[str, str], key: str) -> None
                                           f"{PHYSICAL_LIMIT:g} ({', '.join(f'{v:.3g}' for v in over)}): noise, not results")
 
 
+def print_json(result: dict[str, Any], out: str | os.PathLike[str] | None = None) -> None:
+    """A component bench's result: JSON on stdout, and the same text in `out` when given."""
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+
+
 def write_report(report: dict[str, Any], out: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write `out` (latest) and a timestamped copy beside it; return both paths.
 
