@@ -32,6 +32,10 @@ log = logging.getLogger("mario_apex.supervisor")
 
 MIN_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+# A collector process that has not registered yet is starting (interpreter, torch, emulators), not stepping: it
+# is judged by this allowance (or the stall timeout, if longer), which a loaded machine's start-up stays within;
+# the collector itself gives up registering after its --register-timeout (60 s by default).
+STARTUP_ALLOWANCE_S = 90.0
 
 
 class Collectors(Protocol):
@@ -54,15 +58,17 @@ class Collectors(Protocol):
 
 def stalled(started_at: float, clock: tuple[float, bool] | None, now: float, timeout_s: float) -> bool:
     """Whether a collector started at `started_at` is not stepping: the head was ready to read from it and
-    heard nothing for `timeout_s`. `clock` is the consolidation's (last heard, held by the head now) for it,
-    None before it registered. A collector waiting for the head (flow control) is never stalled."""
+    heard nothing for `timeout_s`. `clock` is the consolidation's (last heard, held by the head now or not
+    heard from yet) for it, None before it registered: then it is starting, and stalled only past
+    STARTUP_ALLOWANCE_S. A collector waiting for the head (flow control) or still starting is never stalled."""
     if now - started_at < timeout_s:
         return False
-    if clock is not None and clock[1]:
+    if clock is None:
+        return now - started_at > max(timeout_s, STARTUP_ALLOWANCE_S)
+    held, seen = clock[1], clock[0]
+    if held:
         return False  # its chunks are held by the head (flow control): not a stall
-    seen = clock[0] if clock is not None else None
-    reference = started_at if seen is None or seen < started_at else seen
-    return now - reference > timeout_s
+    return now - max(seen, started_at) > timeout_s
 
 
 @dataclass

@@ -466,6 +466,13 @@ def test_curve_admits_authorized_clients_only(tmp_path, caplog) -> None:
 
 
 def test_silent_collectors_and_forget(head: Head) -> None:
+    _, starting = head.thread.stall_clock_of_pid(head.welcome_pid)
+    assert starting  # registered and not heard from yet: starting (building its envs), not stalled
+    head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    deadline = time.monotonic() + 30
+    while not head.thread.stats().collectors[head.cid]["heard"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     time.sleep(0.3)
     assert head.thread.silent_collectors(0.2) == [head.cid]
     clock, held = head.thread.stall_clock_of_pid(head.welcome_pid)

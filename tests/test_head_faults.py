@@ -195,6 +195,38 @@ def test_a_killed_collector_leaves_the_live_set(tmp_path) -> None:
         head.close(checkpoint=False)
 
 
+def test_a_stopped_collector_is_killed_as_stalled_and_replaced(tmp_path) -> None:
+    """SIGSTOP a collector that is stepping: nothing holds its chunks, so after the stall timeout the supervisor
+    kills it (a stall kill, not an exit) and a replacement registers; the test waits on those counters."""
+    cfg = replace(cartpole(collectors=1), transport=TransportConfig(port=0, stall_timeout_s=3.0))
+    head = Head(cfg, tmp_path / "run")
+    stop = threading.Event()
+    runner = threading.Thread(target=head.run, args=(StopAt(seconds=600.0), stop))
+    runner.start()
+    victim = 0
+    try:
+        deadline = time.monotonic() + 300
+        while not any(c["chunks"] for c in head.consolidation.stats().collectors.values()):
+            assert runner.is_alive() and time.monotonic() < deadline, "the collector never delivered a chunk"
+            time.sleep(0.1)
+        victim = head.supervisor.pids()[0]
+        os.kill(victim, signal.SIGSTOP)
+        while head.supervisor.stall_kills < 1 or head.consolidation.stats().registrations < 2:
+            assert runner.is_alive() and time.monotonic() < deadline, (head.supervisor.stall_kills,
+                                                                       head.consolidation.stats())
+            time.sleep(0.1)
+        assert victim not in head.supervisor.pids() and head.supervisor.restarts_total >= 1
+    finally:
+        stop.set()
+        runner.join(60)
+        head.close(checkpoint=False)
+        if victim:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def test_a_data_plane_that_keeps_raising_stops_the_head_with_a_clear_error(tmp_path, monkeypatch, caplog) -> None:
     """A bug in writing chunks (numpy 2 once made every chunk raise) must not leave a run training on nothing
     while every chunk is lost: the head stops with reason consolidation_failed and says why."""
