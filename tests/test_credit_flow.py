@@ -18,14 +18,19 @@ from tests.cluster_helpers import wait_for
 from tests.test_consolidation import TEMPLATE, Head, RecordingSink, counting_chunks, small_config
 
 
-def _credits(sock: zmq.Socket, timeout_ms: int = 1000) -> list[int]:
-    """Every CREDIT sequence number that arrives within timeout_ms of the first poll."""
-    out = []
+def _credits(sock: zmq.Socket, timeout_ms: int = 1000, until: int | None = None) -> list[int]:
+    """CREDIT sequence numbers: until one reaches `until` (waiting up to timeout_ms for each), or, without
+    `until`, every one that arrives within timeout_ms of the first poll (then 100 ms apart)."""
+    out: list[int] = []
     while sock.poll(timeout_ms):
         header = P.decode_header(sock.recv_multipart()[0])
         assert header.msg_type == P.CREDIT
         out.append(header.seq)
-        timeout_ms = 100
+        if until is not None:
+            if header.seq >= until:
+                break
+        else:
+            timeout_ms = 100
     return out
 
 
@@ -50,23 +55,26 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
     try:
         time.sleep(0.25)  # a round that began before the gate shut (poll up to 100 ms) has finished
         sender.start()
-        assert wait_for(lambda: len(link.unacked_chunks) == 2, 10, 0.005), "the first two chunks were not sent"
-        time.sleep(1.5)
+        assert wait_for(lambda: len(link.unacked_chunks) == 2, 60, 0.005), "the first two chunks were not sent"
+        # meanwhile its heartbeats say it is waiting for the head, and the head holds its two chunks
+        def held() -> bool:
+            state = head.thread.stats().collectors[head.cid]
+            return state["waiting"] and state["parked"] == 2 and head.thread.stats().heartbeats >= 1
+
+        assert wait_for(held, 60, 0.01), head.thread.stats().collectors[head.cid]
+        time.sleep(1.5)  # room for a third chunk to go out, were credit not enforced
         assert len(results) == 2, "a third chunk went out without credit"
         assert list(link.unacked_chunks) == [1, 2] and sink.chunks == []
-        # meanwhile its heartbeats say it is waiting for the head, and the head holds its two chunks
-        state = head.thread.stats().collectors[head.cid]
-        assert state["waiting"] and state["parked"] == 2 and head.thread.stats().heartbeats >= 1
         gate_open.set()
-        sender.join(10)
+        sender.join(60)
         assert not sender.is_alive() and results == [True] * 6
-        assert wait_for(lambda: len(sink.chunks) == 6, 10, 0.005), "not all six chunks reached the replay"
+        assert wait_for(lambda: len(sink.chunks) == 6, 60, 0.005), "not all six chunks reached the replay"
 
         def all_credited() -> bool:
             link.poll_head()
             return not link.unacked_chunks
 
-        assert wait_for(all_credited, 10, 0.005), "the last credit never arrived"
+        assert wait_for(all_credited, 60, 0.005), "the last credit never arrived"
         assert link.credit_wait_s > 0.4
         assert head.thread.stats().rejected == 0
     finally:
@@ -104,7 +112,7 @@ def test_rejected_messages_are_credited_too() -> None:
             head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 0))
         head.wait_handled(before, 3)
         assert head.thread.stats().rejected == 3
-        assert max(_credits(head.push)) == 3
+        assert max(_credits(head.push, timeout_ms=30_000, until=3)) == 3
     finally:
         head.close()
 
