@@ -28,7 +28,7 @@ MAX_ENV_STEPS = 100_000
 SOLVED_RETURN = 475.0
 RANDOM_POLICY_RETURN = 22.0
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def _summary(log_text: str) -> dict:
@@ -46,7 +46,7 @@ def test_cartpole_learns_through_the_whole_system(tmp_path: Path) -> None:
         log,
     )
     try:
-        rc = proc.wait(timeout=380)
+        rc = proc.wait(timeout=1200)  # the budget is env steps; the deadline only catches a run that hangs
         assert rc == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
@@ -54,7 +54,7 @@ def test_cartpole_learns_through_the_whole_system(tmp_path: Path) -> None:
                 stop_head(proc, timeout=30)
             finally:
                 kill_tree(proc)
-    assert wait_for(lambda: not children_of(proc.pid), timeout=15), "collectors outlived the head"
+    assert wait_for(lambda: not children_of(proc.pid), timeout=60), "collectors outlived the head"
 
     summary = _summary(log.read_text())
     assert summary["reason"] in ("target_return", "max_env_steps"), summary
