@@ -22,7 +22,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-fast test-env run bench eval lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env run bench eval lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9
 
 install: $(STAMP)
@@ -51,6 +51,12 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml
 # Everything CI runs: unit, property, real-emulator, multi-process and learning tests.
 test: install
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The suite in a random order (modules and the tests inside each shuffled; the seed is printed, and
+# PYTEST_ARGS=--random-order-seed=N repeats an order): no test may depend on another having run first.
+# Not the default, so a plain `make test` failure reproduces in the same order.
+test-random: install
+	$(VPY) -m pytest --random-order $(PYTEST_ARGS)
 
 # Inner loop: skip the slow mark.
 test-fast: install
