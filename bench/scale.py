@@ -66,8 +66,6 @@ KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was off
 def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
     """The head's data plane (registration, consolidation, replay, weights heartbeat) and a consumer."""
     try:
-        import tempfile
-
         import torch
         import zmq
 
@@ -79,6 +77,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         from shared.config import Config
         from shared.env_factory import env_spec
         from shared.protocol import ObsSpec
+        from shared.tempdirs import owned_tempdir
 
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
@@ -91,7 +90,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         spec = ObsSpec.of(env)
         ctx = zmq.Context()
         ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
-        ipc_dir = tempfile.mkdtemp(prefix="mapx-scale-")
+        ipc_dir = owned_tempdir()  # named after this process: removed by the next head if this bench is killed
         publisher = WeightPublisher([f"ipc://{ipc_dir}/weights.ipc", "tcp://127.0.0.1:0"], context=ctx,
                                     heartbeat_s=cfg.collectors.heartbeat_s)
         registrar = Registrar(spec, {"local": publisher.endpoints[0], "remote": publisher.endpoints[1]}, ctx,

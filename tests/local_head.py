@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 import zmq
 
@@ -19,6 +18,7 @@ from learner.broadcast import WeightPublisher
 from shared.config import Config
 from shared.keys import load_server
 from shared.protocol import ObsSpec
+from shared.tempdirs import owned_tempdir
 
 
 class LocalHead:
@@ -27,7 +27,7 @@ class LocalHead:
     def __init__(self, config: Config, replay: ReplaySink, spec: ObsSpec, port: int | None = None) -> None:
         t = config.transport
         self.ctx = zmq.Context()
-        self._dir = tempfile.mkdtemp(prefix="mario-apex-head-")
+        self._dir = owned_tempdir()
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
         self.registrar = Registrar(spec, {}, self.ctx, transport=t, collectors=config.collectors,
                                    replay=config.replay, welcome_config=config.to_dict(),

@@ -34,7 +34,7 @@ from shared.env_spec import EnvSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
-TEMP_PREFIXES = ("mapx-", "mario-apex-")  # launcher/head.py _short_tmpdir, ingest/registration.py
+TEMP_PREFIXES = ("mapx-", "mario-apex-")  # shared/tempdirs.py (the head's ipc folders), and older versions
 
 
 @pytest.fixture
@@ -196,8 +196,9 @@ def test_corrupt_checkpoint_exits_2_and_leaves_no_temp_dirs(files, tmp_path):
 
 
 # Imported at the child's start (PYTHONPATH): records every tempfile.mkdtemp the child makes, wherever it
-# puts it (launcher/head.py writes /tmp/mapx-* whatever TMPDIR says), so tests running at the same time, with
-# heads of their own, cannot be mistaken for this child's leftovers.
+# puts it (shared/tempdirs.py falls back to /tmp when TMPDIR is too long for a unix socket path, as the
+# child's can be here), so tests running at the same time, with heads of their own, cannot be mistaken for
+# this child's leftovers.
 _RECORDER = """
 import os, tempfile
 _mkdtemp = tempfile.mkdtemp
