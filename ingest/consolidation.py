@@ -28,10 +28,11 @@ reclaimed learns it from their absence.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -114,6 +115,7 @@ class ConsolidationThread(threading.Thread):
         self._tick = 0  # insert-scheduler clock (fair service)
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # held for each replay write and its counts; `writes_paused` holds it too
         self._logged: set[str] = set()
         self._forget: collections.deque[int] = collections.deque()
         self._forget_pids: collections.deque[tuple[int, str]] = collections.deque()
@@ -248,8 +250,20 @@ class ConsolidationThread(threading.Thread):
             self._write_batch(batch)
             done += len(batch)
 
+    @contextlib.contextmanager
+    def writes_paused(self) -> Iterator[None]:
+        """No replay write, and no count of one, while the caller is inside: a checkpoint saves the replay and the
+        head's counters as of one instant (the replay's save needs a quiescent writer). Chunks that arrive
+        meanwhile stay parked, as behind a shut insert gate."""
+        with self._writing:
+            yield
+
     def _write_batch(self, batch: list[tuple[CollectorState, TransitionChunk]]) -> None:
         """One replay write for the batch; each chunk is then credited to its collector or rejected."""
+        with self._writing:
+            self._write_batch_now(batch)
+
+    def _write_batch_now(self, batch: list[tuple[CollectorState, TransitionChunk]]) -> None:
         results = self.replay.add_chunks([chunk for _, chunk in batch])
         for (state, chunk), added in zip(batch, results, strict=True):
             if isinstance(added, ValueError):

@@ -329,11 +329,13 @@ class Head:
             return False
 
     def save_checkpoint(self) -> Path:
-        counters = dict(self.counters)
-        counters["env_steps"] = self.env_steps()
-        counters["episodes"] = self.counters.get("episodes", 0) + self.consolidation.stats().episodes
-        path = self.learner.save_checkpoint(self.run_dir, replay=self.replay if self.cfg.learner.save_replay else None,
-                                            counters={k: v for k, v in counters.items() if k in _HEAD_COUNTERS})
+        with self.consolidation.writes_paused():  # the replay and the counts of what it holds, as of one instant
+            counters = dict(self.counters)
+            counters["env_steps"] = self.env_steps()
+            counters["episodes"] = self.counters.get("episodes", 0) + self.consolidation.stats().episodes
+            path = self.learner.save_checkpoint(
+                self.run_dir, replay=self.replay if self.cfg.learner.save_replay else None,
+                counters={k: v for k, v in counters.items() if k in _HEAD_COUNTERS})
         log.info("checkpoint written to %s", path)
         self.last_checkpoint = path
         return path

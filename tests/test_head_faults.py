@@ -227,6 +227,40 @@ def test_a_stopped_collector_is_killed_as_stalled_and_replaced(tmp_path) -> None
                 pass
 
 
+def test_checkpoints_taken_while_collectors_write_hold_what_the_head_counted(tmp_path, monkeypatch) -> None:
+    """Periodic checkpoints while two collectors write: each one's replay holds exactly the transitions its
+    counters say the head accepted (the replay was saved while the consolidation thread went on writing, so a
+    checkpoint could hold a chunk its counters did not count, and a resumed run would carry the skew)."""
+    import json
+
+    head = Head(cartpole(collectors=2, checkpoint_every_s=0.2, save_replay=True), tmp_path / "run")
+    seen: list[tuple[int, int]] = []
+    real_save = head.learner.save_checkpoint
+
+    def save_and_read(*args, **kwargs):  # the real save, then what it wrote (on the head's own thread: no race)
+        path = real_save(*args, **kwargs)
+        meta = json.loads((path / "meta.json").read_text())
+        state = json.loads((path / "replay" / "state.json").read_text())
+        seen.append((int(meta["counters"]["env_steps"]), int(state["transitions_added"])))
+        return path
+
+    monkeypatch.setattr(head.learner, "save_checkpoint", save_and_read)
+    stop = threading.Event()
+    runner = threading.Thread(target=head.run, args=(StopAt(seconds=600.0), stop))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 300
+        while sum(1 for steps, _ in seen if steps > 0) < 30:  # checkpoints taken while data flowed
+            assert runner.is_alive() and time.monotonic() < deadline, seen[-5:]
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        runner.join(60)
+        head.close(checkpoint=False)
+    skewed = [(steps, added) for steps, added in seen if steps != added]
+    assert not skewed, f"{len(skewed)} of {len(seen)} checkpoints: (head env_steps, replay transitions) {skewed[:5]}"
+
+
 def test_a_data_plane_that_keeps_raising_stops_the_head_with_a_clear_error(tmp_path, monkeypatch, caplog) -> None:
     """A bug in writing chunks (numpy 2 once made every chunk raise) must not leave a run training on nothing
     while every chunk is lost: the head stops with reason consolidation_failed and says why."""
