@@ -22,7 +22,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-random test-fast test-env run bench eval lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env run bench soak eval lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9
 
 install: $(STAMP)
@@ -74,6 +74,14 @@ run: $(TRAIN_STAMP)
 
 bench: $(TRAIN_STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
+
+# Fault soak (bench/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
+# fail; exit 1 if anything acknowledged was lost or written twice, or a check failed. JSON report: SOAK_JSON.
+SOAK_MINUTES ?= 60
+SOAK_JSON ?= runs/soak.json
+soak: $(TRAIN_STAMP)
+	@mkdir -p $(dir $(SOAK_JSON))
+	$(VPY) -m bench.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
 
 eval: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo "usage: make eval CHECKPOINT=runs/<run>" >&2; exit 2; }

@@ -14,7 +14,7 @@ from bench import proxy
 from tests.cluster_helpers import ROOT
 
 TOOLS = ["bench.attack", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
-         "bench.proxy", "bench.record_scale_chunks", "evaluate.export", "evaluate.random_policy",
+         "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.export", "evaluate.random_policy",
          "tests.record_mario_golden"]
 
 
@@ -40,6 +40,13 @@ def test_proxy_refuses_a_non_positive_duration(tmp_path: Path) -> None:
     proc = _run("bench.proxy", str(tmp_path / "run"), "--seed", "0", "--seconds", "0")
     assert proc.returncode == 2 and "--seconds=0.0" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args", [["--minutes", "0"], ["--capacity", "100"]])
+def test_soak_refuses_bad_input_before_starting_anything(args: list[str], tmp_path: Path) -> None:
+    proc = _run("bench.soak", *args, "--workdir", str(tmp_path / "soak"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "soak").exists()
 
 
 def test_proxy_trains_then_evaluates_the_same_run_dir() -> None:

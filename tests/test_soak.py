@@ -1,0 +1,44 @@
+"""Two minutes of the fault soak (bench/soak.py): a CartPole head whose collectors are killed and stopped, which
+takes poisoned chunks, deep HELLOs and foreign peers, runs once on a full disk, is killed once and resumed; the
+replay stays valid, every acknowledged tagged chunk is stored exactly once, every rejection is one the soak
+caused, and nothing is left behind. The 60-minute soak: `make soak` (BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.cluster_helpers import ROOT, head_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def test_two_minutes_of_faults_lose_nothing_acknowledged(tmp_path):
+    report_path = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "2", "--seed", "3",
+                           "--workdir", str(tmp_path / "soak"), "--json", str(report_path)],
+                          cwd=ROOT, env=head_env(), capture_output=True, text=True, timeout=1100)
+    assert report_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert proc.returncode == 0 and report["ok"], json.dumps(report["failed"]) + proc.stderr[-2000:]
+    kinds = [s["kind"] for s in report["segments"]]
+    assert {"clean", "disk_full", "head_killed"} <= set(kinds) and kinds[-1] == "clean", kinds
+    totals = report["totals"]
+    for fault in ("collector_killed", "collector_stopped", "poisoned_chunk"):
+        assert totals["faults"].get(fault, 0) > 0, totals["faults"]  # each kind of fault happened at least once
+    assert totals["tagged_credited"] > 0 and sum(totals["rejections"].values()) > 0, totals
+    for s in report["segments"]:  # the checks of what is left behind looked where the heads put their folders
+        assert s["checks"]["head_temp_folders_where_the_soak_looks"], s
+    clean = [s for s in report["segments"] if s["kind"] == "clean"]
+    for s in clean:  # the checks that make a clean segment count
+        for check in ("replay_valid", "replay_counts_what_the_head_accepted",
+                      "tagged_never_twice", "tagged_acknowledged_stored_once", "no_temp_folder_left"):
+            assert s["checks"].get(check) is True, (s["index"], check, s["checks"])
+    disk_full = next(s for s in report["segments"] if s["kind"] == "disk_full")
+    assert disk_full["exit_code"] == 3 and disk_full["checks"]["previous_checkpoint_untouched"]
+    after_kill = report["segments"][kinds.index("head_killed") + 1]
+    assert after_kill["checks"].get("killed_heads_temp_folders_removed") is True, after_kill["checks"]
+    assert report["final"] == {"no_process_left": True, "no_temp_folder_left": True, "last_segment_clean": True}
