@@ -230,6 +230,14 @@ class ConsolidationThread(threading.Thread):
         batch's not-yet-written transitions counted as pending, so it admits what one-by-one
         writes would have admitted (counting each chunk's upper bound: frames after first_start).
         """
+        if not self._writing.acquire(blocking=False):
+            return 0  # a checkpoint is saving the replay: the chunks stay parked and this thread keeps serving
+        try:
+            return self._insert_parked_now()
+        finally:
+            self._writing.release()
+
+    def _insert_parked_now(self) -> int:
         done = 0
         states = list(self.collectors.values())
         while True:
@@ -247,14 +255,15 @@ class ConsolidationThread(threading.Thread):
                 pending += chunk.num_frames - int(chunk.first_start)
             if not batch:
                 return done
-            self._write_batch(batch)
+            self._write_batch_now(batch)  # the caller holds _writing
             done += len(batch)
 
     @contextlib.contextmanager
     def writes_paused(self) -> Iterator[None]:
         """No replay write, and no count of one, while the caller is inside: a checkpoint saves the replay and the
-        head's counters as of one instant (the replay's save needs a quiescent writer). Chunks that arrive
-        meanwhile stay parked, as behind a shut insert gate."""
+        head's counters as of one instant (the replay's save needs a quiescent writer). This thread does not
+        wait meanwhile: it keeps reading, crediting and heartbeating, and the chunks that arrive stay parked, as
+        behind a shut insert gate (a save of seconds must not look like a silent head to the collectors)."""
         with self._writing:
             yield
 

@@ -274,6 +274,19 @@ def test_valid_messages_are_counted_and_written(head: Head) -> None:
     assert "Consolidated Queue: " in line
 
 
+def test_a_checkpoint_pauses_writes_but_not_the_thread(head: Head) -> None:
+    """While a checkpoint holds `writes_paused`, chunks stay parked and nothing is written, yet the thread keeps
+    reading (a HEARTBEAT is counted), so a long save never looks like a silent head; afterwards the chunk is written."""
+    chunks, _ = counting_stream(1, episode_length=20)
+    with head.thread.writes_paused():
+        written = head.thread.stats().transitions
+        head.send(P.encode_chunk(chunks[0], head.cid, head.next_seq(), 5))
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: head.thread.stats().heartbeats == 1 and head.thread.stats().parked == 1, 10, 0.005)
+        assert head.thread.stats().transitions == written and head.thread.stats().chunks == 0
+    assert wait_for(lambda: head.thread.stats().chunks == 1 and head.thread.stats().parked == 0, 10, 0.005)
+
+
 def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> None:
     """A forged summary (no transitions behind it) never reaches the episode statistics."""
     send = head.send
