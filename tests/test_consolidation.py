@@ -517,9 +517,9 @@ def _in_flight_while_gated(socket_buffer_bytes: int, limit: int = 5_000) -> int:
             try:
                 link.data.send_multipart(message, zmq.NOBLOCK)
                 sent, stalled_since = sent + 1, None
-            except zmq.Again:  # the TCP connection may still be coming up or draining: give it 0.3 s
-                stalled_since = stalled_since or time.monotonic()
-                if time.monotonic() - stalled_since > 0.3:
+            except zmq.Again:  # the TCP connection may still be coming up or draining (slowly on a loaded
+                stalled_since = stalled_since or time.monotonic()  # machine): full only after 2 s without room
+                if time.monotonic() - stalled_since > 2.0:
                     break
                 time.sleep(0.01)
         link.close()
