@@ -68,12 +68,23 @@ def _our_temp_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(("mapx-", "mario-apex-"))}
 
 
+def _below_ephemeral_ports() -> tuple[int, int]:
+    """A port range the kernel never hands out for port 0 or an outgoing connection: a port found free there
+    stays free until the head binds it, unless something binds that very number on purpose."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(1024, low - 12_000), low - 2
+
+
 def _port_pair_with_one_taken(taken: int) -> tuple[zmq.Socket, int]:
     """A ROUTER holding port + taken (the head binds control on port, weights on port + 1); the other is free."""
     ctx = zmq.Context.instance()
+    low, high = _below_ephemeral_ports()
     for _ in range(50):
         blocker = ctx.socket(zmq.ROUTER)
-        held = blocker.bind_to_random_port("tcp://127.0.0.1")
+        held = blocker.bind_to_random_port("tcp://127.0.0.1", min_port=low + 1, max_port=high)
         port = held - taken
         probe = ctx.socket(zmq.ROUTER)
         try:
