@@ -278,14 +278,7 @@ class Soak:
 
     def _start_head(self, seg: Segment, resume: bool) -> subprocess.Popen:
         (self.run_dir / "endpoints.json").unlink(missing_ok=True)  # a killed head leaves its own
-        limit = None
-        if seg.kind == "disk_full":  # larger than every log, smaller than the replay's frames.npy
-            sizes = [p.stat().st_size for p in self.run_dir.rglob("*") if p.is_file() and "checkpoint" not in p.parts]
-            limit = max(sizes, default=0) + (2 << 20)
-            frames = self.args.capacity * 4 * 4
-            if frames <= limit:
-                seg.notes.append(f"replay frames ({frames} B) fit under the file size limit ({limit} B): "
-                                 "raise --capacity for a disk-full segment")
+        limit = self._file_size_limit() if seg.kind == "disk_full" else None
 
         def preexec() -> None:
             if limit is not None:
@@ -299,6 +292,17 @@ class Soak:
                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
         self.head_pids.append(proc.pid)
         return proc
+
+    def _file_size_limit(self) -> int:
+        """RLIMIT_FSIZE for a disk-full segment: above every log the head appends to (metrics.jsonl, head.log),
+        so only the checkpoint's files can hit it."""
+        sizes = [p.stat().st_size for p in self.run_dir.rglob("*") if p.is_file() and "checkpoint" not in p.parts]
+        return max(sizes, default=0) + (2 << 20)
+
+    def _disk_full_possible(self) -> bool:
+        """Whether the replay's frames.npy (capacity x 4 float32) is larger than that limit: the logs grow with
+        the soak, so late in a long one the remaining disk-full segments become clean ones."""
+        return self.args.capacity * 4 * 4 > self._file_size_limit()
 
     def _endpoints(self, proc: subprocess.Popen) -> dict[str, str] | None:
         path = self.run_dir / "endpoints.json"
@@ -501,6 +505,8 @@ class Soak:
         lo, hi = (15.0, 25.0) if short else (40.0, 120.0)
         startup = 15.0
         kind = KINDS[index] if index < len(KINDS) else self.rng.choices(KINDS, weights=(6, 2, 2))[0]
+        if kind == "disk_full" and not self._disk_full_possible():
+            kind = "clean"
         seconds = self.rng.uniform(lo, hi)
         if remaining - (seconds + startup) < lo + startup:  # too little left for another one: this is the last
             return "clean", max(lo, remaining - startup), True
