@@ -99,7 +99,7 @@ def real_replay(device: torch.device, capacity: int = 100_000, seed: int = 0):
     return buf
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -110,18 +110,18 @@ def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: 
                       channels_last=channels_last)
     try:
         learner.run_updates(warmup)
-        _sync(device)
+        sync_device(device)
         learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call
         learner.stats()  # mark the start: measure steady state only
         # Throughput, not latency: the device is synchronized once per block of updates (as a real
         # training loop never syncs per update), and the block doubles until it takes >= BLOCK_S.
-        # On CPU _sync is a no-op, so there only the stopping check's granularity changes.
+        # On CPU sync_device is a no-op, so there only the stopping check's granularity changes.
         n, block, t0 = 0, max(1, min_updates), time.perf_counter()
         while True:
             tb = time.perf_counter()
             learner.run_updates(block)
             n += block
-            _sync(device)
+            sync_device(device)
             now = time.perf_counter()
             if (n >= min_updates and now - t0 >= budget_s) or now - t0 > 4 * budget_s:
                 break
@@ -144,11 +144,11 @@ def _forward_ms(device: torch.device, precision: str, batch: int = 2048, reps: i
     obs = torch.randint(0, 256, (batch, STACK, *OBS_SHAPE), dtype=torch.uint8, device=device)
     with torch.no_grad(), policy.autocast():
         net(obs)
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         for _ in range(reps):
             net(obs)
-        _sync(device)
+        sync_device(device)
     return (time.perf_counter() - t0) / reps * 1000.0
 
 

@@ -35,37 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, real_replay, sync_device
 from bench.report import print_json
 
-OBS_SHAPE = (84, 84)
-STACK, NUM_ACTIONS, N_STEP, GAMMA = 4, 7, 3, 0.99
 RUN_S = 600.0  # the run length the compile-inclusive rate is quoted for
 MODES = ("eager", "device", "captured")
-
-
-def filled_replay(device: torch.device, capacity: int, seed: int = 0):
-    """The project's ReplayBuffer on `device`, full of random 84x84 episodes (PER on)."""
-    from replay.buffer import ReplayBuffer
-    from shared.chunk import FLAG_FIRST, TransitionChunk
-
-    buf = ReplayBuffer(capacity, OBS_SHAPE, np.uint8, STACK, N_STEP, GAMMA, device=device, seed=seed)
-    rng = np.random.default_rng(seed)
-    length = 134
-    flags = np.zeros(length, np.uint8)
-    flags[0] = FLAG_FIRST
-    actions = np.r_[rng.integers(0, NUM_ACTIONS, length - 1), -1].astype(np.int32)
-    frames = rng.integers(0, 256, size=(length, *OBS_SHAPE), dtype=np.uint8)
-    chunks = [TransitionChunk(k % 64, 0, frames, actions, rng.normal(size=length).astype(np.float32), flags,
-                              rng.uniform(0.1, 2.0, length).astype(np.float32))
-              for k in range(capacity // length - 1)]
-    for k in range(0, len(chunks), 32):
-        buf.add_chunks(chunks[k : k + 32])
-    return buf
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _device_busy(learner: Any, device: torch.device, updates: int) -> float | None:
@@ -74,11 +48,11 @@ def _device_busy(learner: Any, device: torch.device, updates: int) -> float | No
         return None
     from torch.profiler import ProfilerActivity, profile
 
-    _sync(device)
+    sync_device(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         learner.run_updates(updates)
-        _sync(device)
+        sync_device(device)
         wall = time.perf_counter() - t0
     busy_us = sum(e.self_device_time_total for e in prof.key_averages())
     return min(1.0, busy_us / 1e6 / wall)
@@ -103,10 +77,10 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
     try:
         t0 = time.perf_counter()
         learner.run_updates(1)  # compiles and records in the captured mode
-        _sync(device)
+        sync_device(device)
         first_s = time.perf_counter() - t0
         learner.run_updates(2)
-        _sync(device)
+        sync_device(device)
         learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call
         learner.stats()
         n, block, cpu0, t0 = 0, 1, time.process_time(), time.perf_counter()
@@ -114,7 +88,7 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
             tb = time.perf_counter()
             learner.run_updates(block)
             n += block
-            _sync(device)
+            sync_device(device)
             now = time.perf_counter()
             if now - t0 >= budget_s and n >= 3:
                 break
@@ -173,7 +147,7 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
                     continue
                 plan.append((mode, b, p))
     cap = capacity or (20_000 if quick or not cuda else 200_000)
-    replay = filled_replay(dev, cap)
+    replay = real_replay(dev, cap)
     runs: dict[str, list[dict[str, Any]]] = {}
     for _ in range(repeats):
         for mode, b, p in plan:
