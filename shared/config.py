@@ -114,7 +114,17 @@ class LearnerConfig:
     max_grad_norm: float = 10.0  # gradient clipping by global norm
     target_update_every: int = 2000  # hard target sync period in updates (ignored with polyak)
     polyak_tau: float = 0.0  # >0 switches to soft target updates with this rate
-    double_q: bool = True  # Double DQN action selection
+    double_q: bool = True  # Double DQN action selection (ignored with Munchausen: its soft bootstrap has no argmax)
+    # Munchausen DQN (Vieillard et al. 2020): targets add alpha * clip(tau * log pi(a|s), clip, 0) and bootstrap
+    # the entropy-regularized value of pi = softmax(Q_target / tau). 0 = off (plain Double DQN); paper: 0.9
+    munchausen_alpha: float = 0.0
+    munchausen_tau: float = 0.03  # Munchausen entropy temperature: higher = softer policy, larger bonus magnitudes
+    munchausen_clip: float = -1.0  # Munchausen l0: lower bound of tau * log pi in the bonus (bounds it as pi -> 0)
+    # Periodic resets (Nikishin et al. 2022; BBF): every this many updates re-initialize part of the online
+    # network against primacy bias (0 = off); costs nothing between resets, relearning after each
+    reset_every_updates: int = 0
+    reset_head: bool = True  # a reset re-initializes the dueling head's layers (else they shrink-perturb too)
+    shrink_perturb: float = 1.0  # torso <- this x torso + (1 - this) x fresh init at a reset: 1 = untouched, BBF 0.5
     dueling: bool = True  # dueling value/advantage head
     hidden: int = 512  # width of the head's hidden layer
     precision: str = "auto"  # auto: bf16 on CPU, fp16 (or bf16) on CUDA

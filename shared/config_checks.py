@@ -186,6 +186,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     if lrn.step_mode != "eager" and lrn.device == "cuda" and r.storage_device == "cpu":
         _fail("learner.step_mode", lrn.step_mode, "eager with replay.storage_device='cpu' on a cuda learner (the "
               "device step samples frames on the learner's GPU: storage_device auto or learner)")
+    check_levers(cfg)
     _int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
     if lrn.warmup_transitions > r.capacity:
         _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
@@ -224,6 +225,27 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
 
     check_memory(cfg, available_bytes)
+
+
+def check_levers(cfg: Config) -> None:
+    """The optional learning levers (learner/dqn.py munchausen_targets, learner/resets.py): ranges, a reset that
+    changes something, and the eager step only (the device step implements neither)."""
+    lrn = cfg.learner
+    _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
+    _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
+    _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
+    _int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
+    if not isinstance(lrn.reset_head, bool):
+        _fail("learner.reset_head", lrn.reset_head, "true or false")
+    _float_range("learner.shrink_perturb", lrn.shrink_perturb, 0.0, 1.0)
+    if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
+        _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
+              "learner.shrink_perturb=1.0 (such a reset changes nothing)")
+    levers = [name for name, on in (("learner.munchausen_alpha", lrn.munchausen_alpha > 0),
+                                    ("learner.reset_every_updates", lrn.reset_every_updates > 0)) if on]
+    if lrn.step_mode != "eager" and levers:
+        _fail("learner.step_mode", lrn.step_mode, f"eager with {' and '.join(levers)} set (the device step "
+              "implements neither lever: set learner.step_mode=eager or turn them off)")
 
 
 def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:
