@@ -15,6 +15,17 @@ one `sample()` call and splits it (see `learner.trainer`).
 
 The target side runs under `no_grad`; the loss is computed in float32 even under autocast
 (`.float()` on the Q outputs), so mixed precision only changes the network's matmuls/convs.
+
+Munchausen DQN (Vieillard et al. 2020; `learner.munchausen_alpha` > 0) replaces the target by
+
+    pi(.|s) = softmax(Q_target(s, .) / tau)
+    y = R^(n) + alpha * clip(tau * log pi(a_t|s_t), l0, 0)
+              + gamma^m * sum_a' pi(a'|s') * (Q_target(s', a') - tau * log pi(a'|s'))
+
+With n-step returns the bonus is added for the first step only: the replay stores the first action
+and R^(n), not the actions and states in between, so the later steps' log-policy terms are unknown.
+The soft bootstrap has no argmax, so `double_q` does not apply to it. Log-probabilities come from `log_softmax` (max-subtracted), so a
+small tau does not overflow.
 """
 
 from __future__ import annotations
@@ -25,7 +36,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.config import LearnerConfig
+
 HUBER_DELTA = 1.0  # smooth-L1 threshold: quadratic below, linear above (the DQN "error clipping")
+
+
+@dataclass(frozen=True)
+class Munchausen:
+    """The Munchausen target's constants (LearnerConfig.munchausen_*); `of` gives None when it is off."""
+
+    alpha: float  # scale of the bonus
+    tau: float  # entropy temperature of pi = softmax(Q / tau)
+    clip: float  # l0: lower bound of tau * log pi(a|s) in the bonus
+
+    @classmethod
+    def of(cls, lc: LearnerConfig) -> Munchausen | None:
+        if lc.munchausen_alpha <= 0:
+            return None
+        return cls(float(lc.munchausen_alpha), float(lc.munchausen_tau), float(lc.munchausen_clip))
 
 
 @dataclass
@@ -57,6 +85,26 @@ def td_targets(
         return returns.float() + discounts.float() * bootstrap
 
 
+def munchausen_targets(
+    target: nn.Module,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    next_obs: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    m: Munchausen,
+) -> torch.Tensor:
+    """y = returns + bonus(s, a) + discounts * soft value of Q_target at s' (module docstring), float32 [B]."""
+    with torch.no_grad():
+        q_now = target(obs).float()
+        tau_logpi_now = m.tau * F.log_softmax(q_now / m.tau, dim=1)
+        bonus = m.alpha * tau_logpi_now.gather(1, actions.long().view(-1, 1)).squeeze(1).clamp(m.clip, 0.0)
+        q_next = target(next_obs).float()
+        logpi_next = F.log_softmax(q_next / m.tau, dim=1)
+        soft_value = (logpi_next.exp() * (q_next - m.tau * logpi_next)).sum(dim=1)
+        return returns.float() + bonus + discounts.float() * soft_value
+
+
 def dqn_loss(
     online: nn.Module,
     target: nn.Module,
@@ -68,11 +116,13 @@ def dqn_loss(
     weights: torch.Tensor,
     double_q: bool = True,
     normalizer: float | None = None,
+    munchausen: Munchausen | None = None,
 ) -> LossOutput:
     """Importance-weighted Huber loss of one (micro-)batch.
 
     `normalizer` is the effective batch size the weighted sum is divided by (defaults to this
     batch's size, i.e. a weighted mean). Pass the effective batch size when accumulating.
+    `munchausen`: the Munchausen target instead of the (Double) DQN one (None = off).
     """
     batch = int(actions.shape[0])
     if batch == 0:
@@ -81,7 +131,10 @@ def dqn_loss(
         normalizer = float(batch)
     if normalizer <= 0:
         raise ValueError(f"dqn_loss: normalizer={normalizer} must be positive")
-    y = td_targets(online, target, next_obs, returns, discounts, double_q)
+    if munchausen is None:
+        y = td_targets(online, target, next_obs, returns, discounts, double_q)
+    else:
+        y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, munchausen)
     q_all = online(obs).float()
     q_sa = q_all.gather(1, actions.long().view(-1, 1)).squeeze(1)
     per_sample = F.smooth_l1_loss(q_sa, y, reduction="none", beta=HUBER_DELTA)

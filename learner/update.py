@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from learner.dqn import clip_gradients, dqn_loss
+from learner.dqn import Munchausen, clip_gradients, dqn_loss
 from learner.precision import PrecisionPolicy
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig
@@ -105,6 +105,7 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
     if parts.compiled and lc.compile_mode == "reduce-overhead" and parts.device.type == "cuda":
         torch.compiler.cudagraph_mark_step_begin()
     td_parts, loss_total, q_total = [], torch.zeros((), device=parts.device), torch.zeros((), device=parts.device)
+    munchausen = Munchausen.of(lc)
     for k in range(parts.accum):
         sl = slice(k * parts.micro, (k + 1) * parts.micro)
         obs, next_obs = batch.obs[sl], batch.next_obs[sl]
@@ -113,7 +114,8 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
             next_obs = next_obs.contiguous(memory_format=torch.channels_last)
         with parts.precision.autocast():
             out = dqn_loss(parts.fwd_online, parts.fwd_target, obs, batch.actions[sl], batch.returns[sl],
-                           batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n))
+                           batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n),
+                           munchausen=munchausen)
         parts.scaler.scale(out.loss).backward()
         td_parts.append(out.td_abs)
         loss_total = loss_total + out.loss.detach()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -10,13 +11,16 @@ import torch
 from torch import nn
 
 from learner.dqn import (
+    Munchausen,
     clip_gradients,
     dqn_loss,
     hard_update,
+    munchausen_targets,
     polyak_update,
     sync_target,
     td_targets,
 )
+from shared.config import LearnerConfig
 from tests.test_learner_fakes import FakeReplay, make_learner, small_config
 
 
@@ -135,3 +139,66 @@ def test_loss_normalizer_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="empty batch"):
         dqn_loss(online, online, torch.tensor([], dtype=torch.int64), torch.tensor([], dtype=torch.int64),
                  torch.tensor([]), torch.tensor([]), torch.tensor([], dtype=torch.int64), torch.tensor([]))
+
+
+def test_munchausen_target_by_hand_two_actions() -> None:
+    """tau = 1 so the clip matters: pi(.|s) = softmax(Q_target(s, .)), bonus = alpha * clip(log pi(a|s), -1, 0)."""
+    target = TableQ([[0.0, 1.0], [1.0, 2.0]])  # state 0 = s_t, state 1 = s'
+    m = Munchausen(alpha=0.9, tau=1.0, clip=-1.0)
+    obs, actions, next_obs = torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([1, 1])
+    returns, discounts = torch.tensor([1.0, 0.5]), torch.tensor([0.5, 0.0])  # the second transition is terminal
+    y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, m)
+    log_z = math.log(math.exp(0.0) + math.exp(1.0))  # log-partition of softmax([0, 1])
+    log_pi = [0.0 - log_z, 1.0 - log_z]  # -1.313 (clipped to -1) and -0.313
+    bonus = [0.9 * max(log_pi[0], -1.0), 0.9 * log_pi[1]]
+    pi_next = [math.exp(1.0) / (math.exp(1.0) + math.exp(2.0)), math.exp(2.0) / (math.exp(1.0) + math.exp(2.0))]
+    soft_v = sum(p * (q - math.log(p)) for p, q in zip(pi_next, [1.0, 2.0], strict=True))
+    assert log_pi[0] < -1.0 < log_pi[1], "the case must exercise the clip on one side only"
+    assert y.tolist() == pytest.approx([1.0 + bonus[0] + 0.5 * soft_v, 0.5 + bonus[1]], rel=1e-6)
+    assert not y.requires_grad
+
+
+def test_munchausen_target_is_stable_for_a_small_tau() -> None:
+    """Q / tau = 3,333: a naive exp overflows float32; log_softmax does not. pi puts all mass on action 0."""
+    target = TableQ([[100.0, 0.0]])
+    m = Munchausen(alpha=0.9, tau=0.03, clip=-1.0)
+    y = munchausen_targets(target, torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([0, 0]),
+                           torch.tensor([0.0, 0.0]), torch.tensor([0.9, 0.9]), m)
+    assert torch.isfinite(y).all()
+    # action 0: log pi = 0, no bonus; action 1: tau * log pi = -100, clipped to -1; soft value = max Q = 100
+    assert y.tolist() == pytest.approx([0.9 * 100.0, -0.9 + 0.9 * 100.0], rel=1e-6)
+
+
+def test_munchausen_without_bonus_tends_to_the_max_target_as_tau_shrinks() -> None:
+    torch.manual_seed(1)
+    target = TableQ(torch.randn(5, 4).tolist())
+    obs, nxt, act = torch.randint(0, 5, (16,)), torch.randint(0, 5, (16,)), torch.randint(0, 4, (16,))
+    ret, disc = torch.randn(16), torch.rand(16)
+    y_max = td_targets(target, target, nxt, ret, disc, double_q=False)
+    y_soft = munchausen_targets(target, obs, act, nxt, ret, disc, Munchausen(alpha=0.0, tau=1e-4, clip=-1.0))
+    torch.testing.assert_close(y_soft, y_max, rtol=0, atol=1e-3)
+    y_warm = munchausen_targets(target, obs, act, nxt, ret, disc, Munchausen(alpha=0.0, tau=1.0, clip=-1.0))
+    assert (y_warm - y_max >= -1e-6).all() and (y_warm - y_max).abs().max() > 0.01  # soft max >= max
+
+
+def test_munchausen_loss_ignores_the_online_network_s_argmax() -> None:
+    """The soft bootstrap replaces Double DQN's argmax: the online network only gives Q(s, a)."""
+    target = TableQ([[0.0, 1.0], [1.0, 2.0], [2.0, 0.0]])
+    m = Munchausen(alpha=0.9, tau=0.5, clip=-1.0)
+    obs, actions, next_obs = torch.tensor([0, 2]), torch.tensor([1, 0]), torch.tensor([1, 1])
+    returns, discounts, weights = torch.tensor([1.0, 0.0]), torch.tensor([0.9, 0.9]), torch.ones(2)
+    tables = ([[0.0, 0.0], [5.0, -5.0], [3.0, 3.0]], [[0.0, 0.0], [-5.0, 5.0], [3.0, 3.0]])  # argmax at s' flips
+    y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, m)
+    q_sa = torch.tensor([0.0, 3.0])  # Q_online(s, a), the same in both tables
+    for table in tables:
+        out = dqn_loss(TableQ(table), target, obs, actions, returns, discounts, next_obs, weights, munchausen=m)
+        assert out.td_abs.tolist() == pytest.approx((y - q_sa).abs().tolist())
+    plain = [dqn_loss(TableQ(t), target, obs, actions, returns, discounts, next_obs, weights).td_abs for t in tables]
+    assert not torch.equal(plain[0], plain[1]), "Double DQN does depend on the online argmax"
+
+
+def test_munchausen_is_off_at_alpha_zero() -> None:
+    assert Munchausen.of(LearnerConfig()) is None
+    assert Munchausen.of(LearnerConfig(munchausen_alpha=0.0, munchausen_tau=0.5)) is None
+    assert Munchausen.of(LearnerConfig(munchausen_alpha=0.9, munchausen_tau=0.03, munchausen_clip=-1.0)) == \
+        Munchausen(alpha=0.9, tau=0.03, clip=-1.0)
