@@ -135,8 +135,9 @@ class EvalError(Exception):
     """A user-facing failure (exit 2); the message names the file."""
 
 
-def _load(path: Path) -> tuple[Any, Any, Path]:
-    """(checkpoint data, Config, run dir); EvalError for anything missing, corrupt or inconsistent."""
+def load_run(path: Path) -> tuple[Any, Any, Path]:
+    """(checkpoint data, Config, run dir) of a run dir or its checkpoint/ dir; EvalError for anything missing,
+    corrupt or inconsistent."""
     from learner.checkpoint import CheckpointError, load_checkpoint
     from shared.config import Config, ConfigError
 
@@ -159,11 +160,14 @@ def _load(path: Path) -> tuple[Any, Any, Path]:
     return data, cfg, run_dir
 
 
-def _build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator) -> tuple[Policy, int]:
-    """Online network from the checkpoint as an epsilon-greedy policy; (policy, stack)."""
+def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
+    """The checkpoint's online network as a greedy policy on `env`; (greedy, stack, num_actions).
+
+    EvalError when the checkpoint's geometry does not match the env's spaces."""
     import torch
 
     from learner.checkpoint import CheckpointError, check_state_dict
+    from shared.config import ENCODERS
     from shared.network import build_q_network
 
     g = data.geometry
@@ -172,6 +176,9 @@ def _build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator)
         obs_shape = tuple(int(d) for d in g["obs_shape"])
         stack, num_actions = int(g["stack"]), int(g["num_actions"])
         hidden, dueling = int(g.get("hidden", 512)), bool(g.get("dueling", True))
+        encoder, encoder_width = str(g.get("encoder", "nature")), int(g.get("encoder_width", 1))
+        if encoder not in ENCODERS:
+            raise ValueError(f"encoder {encoder!r} is not one of {', '.join(ENCODERS)}")
     except (KeyError, TypeError, ValueError) as exc:
         raise EvalError(f"{(data.path or Path('.')) / 'meta.json'}: bad geometry {g!r} ({exc})") from exc
     env_shape = tuple(int(d) for d in env.observation_space.shape)
@@ -180,23 +187,38 @@ def _build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator)
         raise EvalError(f"{where}: checkpoint geometry (obs {obs_shape}, {num_actions} actions) does not match the "
                         f"env built from its config (obs {env_shape}, {env_actions} actions)")
     torch.set_num_threads(1)
-    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling).eval()
+    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling, encoder, encoder_width).eval()
     try:
         check_state_dict(net.state_dict(), data.model["online"], f"{where}[online]")
     except CheckpointError as exc:
         raise EvalError(str(exc)) from exc
     net.load_state_dict(data.model["online"])
 
-    def policy(stacked: np.ndarray) -> int:
-        if epsilon > 0 and rng.random() < epsilon:
-            return int(rng.integers(num_actions))
+    def greedy(stacked: np.ndarray) -> int:
         with torch.inference_mode():
             return int(net(torch.from_numpy(stacked[None])).argmax(dim=1).item())
 
-    return policy, stack
+    return greedy, stack, num_actions
 
 
-def _make_env(env_cfg: Any) -> Any:
+def epsilon_greedy(greedy: Policy, num_actions: int, epsilon: float, rng: np.random.Generator) -> Policy:
+    """`greedy`, except with probability `epsilon` a uniform action; both draws come from `rng`."""
+
+    def policy(stacked: np.ndarray) -> int:
+        if epsilon > 0 and rng.random() < epsilon:
+            return int(rng.integers(num_actions))
+        return greedy(stacked)
+
+    return policy
+
+
+def build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator) -> tuple[Policy, int]:
+    """Online network from the checkpoint as an epsilon-greedy policy; (policy, stack)."""
+    greedy, stack, num_actions = load_greedy(data, env)
+    return epsilon_greedy(greedy, num_actions, epsilon, rng), stack
+
+
+def make_eval_env(env_cfg: Any) -> Any:
     """The run's env, with RGB rendering when the env offers it (Mario does; asking others warns)."""
     from shared.config import is_mario
     from shared.env_factory import make_env
@@ -211,6 +233,9 @@ def _make_env(env_cfg: Any) -> Any:
         return make_env(env_cfg, render_mode="rgb_array")
     except Exception:  # noqa: BLE001 - its renderer is unavailable: the plain env
         return make_env(env_cfg)
+
+
+_load, _build_policy = load_run, build_policy  # the names tests/test_shipped_checkpoint.py imports
 
 
 # ---------------------------------------------------------------------- CLI
@@ -243,10 +268,10 @@ def _fmt(r: EpisodeResult, n: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:
-        data, cfg, run_dir = _load(args.path)
-        env = _make_env(cfg.env)
+        data, cfg, run_dir = load_run(args.path)
+        env = make_eval_env(cfg.env)
         rng = np.random.default_rng(args.seed)
-        policy, stack = _build_policy(data, env, args.epsilon, rng)
+        policy, stack = build_policy(data, env, args.epsilon, rng)
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
