@@ -77,7 +77,8 @@ class Collector:
         self.obs_shape, self.obs_dtype = spec.obs_shape, spec.obs_dtype
         self.stack, self.num_actions = spec.stack, spec.num_actions
         lc = config.learner
-        self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling).eval()
+        self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling, lc.encoder,
+                                   lc.encoder_width).eval()
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)

@@ -3,7 +3,7 @@
 Layout of ``run_dir/checkpoint/`` (only the latest is kept):
 
     meta.json       format version, geometry (obs_shape, obs_dtype, stack, num_actions, hidden,
-                    dueling), counters, python/numpy RNG states, and size + sha256 of every
+                    dueling, encoder, encoder_width), counters, python/numpy RNG states, and size + sha256 of every
                     .pt file and every file under replay/; written last, so its presence marks
                     a complete checkpoint
     config.json     the run's Config (Config.to_json())
@@ -61,13 +61,17 @@ DIR_NAME = "checkpoint"
 OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
 REPLAY_DIR = "replay"
+# geometry keys added after the first checkpoints were written, and the value a meta.json without them means
+GEOMETRY_DEFAULTS: dict[str, Any] = {"encoder": "nature", "encoder_width": 1}
 
 
-def geometry_of(spec: EnvSpec, hidden: int, dueling: bool) -> dict[str, Any]:
+def geometry_of(spec: EnvSpec, hidden: int, dueling: bool, encoder: str = "nature",
+                encoder_width: int = 1) -> dict[str, Any]:
     """meta.json's geometry record of a learner on `spec`: what a checkpoint must match to be loaded.
 
-    Its keys and value types are fixed (every checkpoint written so far has them): obs_shape (list),
-    obs_dtype (numpy's dtype.str, e.g. "|u1"), stack, num_actions, hidden, dueling."""
+    Its keys and value types are fixed: obs_shape (list), obs_dtype (numpy's dtype.str, e.g. "|u1"),
+    stack, num_actions, hidden, dueling (every checkpoint has them), encoder (str) and encoder_width
+    (int) (a checkpoint without them holds a nature encoder: GEOMETRY_DEFAULTS)."""
     return {
         "obs_shape": [int(d) for d in spec.obs_shape],
         "obs_dtype": np.dtype(spec.obs_dtype).str,
@@ -75,6 +79,8 @@ def geometry_of(spec: EnvSpec, hidden: int, dueling: bool) -> dict[str, Any]:
         "num_actions": int(spec.num_actions),
         "hidden": int(hidden),
         "dueling": bool(dueling),
+        "encoder": str(encoder),
+        "encoder_width": int(encoder_width),
     }
 
 
@@ -82,7 +88,7 @@ def geometry_of(spec: EnvSpec, hidden: int, dueling: bool) -> dict[str, Any]:
 class CheckpointData:
     """Everything in a checkpoint except the replay, in memory."""
 
-    geometry: dict[str, Any]  # obs_shape (list), obs_dtype (str), stack, num_actions, hidden, dueling
+    geometry: dict[str, Any]  # obs_shape (list), obs_dtype (str), stack, num_actions, hidden, dueling, encoder, ...
     model: dict[str, dict[str, torch.Tensor]]  # {"online": sd, "target": sd}
     optimizer: dict[str, Any]
     scaler: dict[str, Any]
@@ -312,7 +318,7 @@ def load_checkpoint(path: str | os.PathLike, verify_replay: bool = False) -> Che
     rng = {**(meta.get("rng") or {}), **rng_t}
     rng = {k: v for k, v in rng.items() if v is not None}
     return CheckpointData(
-        geometry=meta["geometry"],
+        geometry={**GEOMETRY_DEFAULTS, **meta["geometry"]},  # a meta.json from before the encoder keys: nature
         model=model,
         optimizer=loaded["optimizer.pt"],
         scaler=loaded["scaler.pt"],

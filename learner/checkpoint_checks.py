@@ -83,7 +83,13 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
         if key not in meta:
             raise CheckpointError(f"{meta_path}: missing key {key!r}")
     if not isinstance(meta["geometry"], dict):
-        bad("geometry", meta["geometry"], "an object of obs_shape, obs_dtype, stack, num_actions, hidden, dueling")
+        bad("geometry", meta["geometry"], "an object of obs_shape, obs_dtype, stack, num_actions, hidden, dueling, "
+            "encoder, encoder_width")
+    encoder, width = meta["geometry"].get("encoder", "nature"), meta["geometry"].get("encoder_width", 1)
+    if not isinstance(encoder, str):
+        bad("geometry.encoder", encoder, "an encoder name such as 'nature' or 'impala'")
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        bad("geometry.encoder_width", width, "a positive integer")
     counters = meta["counters"]
     if not isinstance(counters, dict):
         bad("counters", counters, "an object of counter name -> number")

@@ -42,6 +42,7 @@ from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
 from learner.precision import resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
+from learner.resets import PeriodicReset
 from learner.update import apply_update, compile_networks
 from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
@@ -105,9 +106,10 @@ class Learner:
         # (the learner bench reports fp32_cl_b* to recheck).
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        self.online = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling).to(
-            self.device, memory_format=fmt
-        )
+        if lc.step_mode != "eager" and (lc.munchausen_alpha > 0 or lc.reset_every_updates > 0):
+            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step implements neither Munchausen "
+                             "targets nor resets (learner.munchausen_alpha, learner.reset_every_updates)")
+        self.online = self.build_network().to(self.device, memory_format=fmt)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]
@@ -148,6 +150,13 @@ class Learner:
         self._source: SyncSource | PrefetchSource | DeviceSource | None = None
         self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
+        # periodic resets (learner/resets.py): fresh draws seeded from the seed torch was given before this learner
+        self.resets = PeriodicReset(lc, self.build_network, torch.initial_seed()) if lc.reset_every_updates else None
+
+    def build_network(self) -> torch.nn.Module:
+        """A freshly initialized Q-network of this learner's architecture, on the CPU (online net, resets)."""
+        spec, lc = self.spec, self.lc
+        return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling)
 
     # ------------------------------------------------------------------ the update
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
@@ -166,6 +175,8 @@ class Learner:
         self.updates += 1
         self.samples += len(batch)
         sync_target(self.target, self.online, self.updates, self.lc.target_update_every, self.lc.polyak_tau)
+        if self.resets is not None and self.resets.due(self.updates):
+            self.resets.apply(self.updates, self.online, self.target, self.optimizer)
         if self.updates % self.lc.weight_broadcast_every == 0:
             self.broadcast()
         metered = torch.stack([loss, td.sum(), q_sum, grad_norm])

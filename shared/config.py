@@ -26,6 +26,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 STEP_MODES = ("eager", "device", "captured")
 DEVICES = ("auto", "cpu", "cuda")
 STORAGE_DEVICES = ("auto", "cpu", "learner")
+ENCODERS = ("nature", "impala")  # the image torsos of shared/network.py
 
 
 def is_mario(env_id: str) -> bool:
@@ -127,6 +128,8 @@ class LearnerConfig:
     shrink_perturb: float = 1.0  # torso <- this x torso + (1 - this) x fresh init at a reset: 1 = untouched, BBF 0.5
     dueling: bool = True  # dueling value/advantage head
     hidden: int = 512  # width of the head's hidden layer
+    encoder: str = "nature"  # image torso: nature (3 convs) or impala (3 residual stages): more capacity, costlier updates
+    encoder_width: int = 1  # impala channel multiplier (16, 32, 32) x this: capacity vs update cost; 1 for nature
     precision: str = "auto"  # auto: bf16 on CPU, fp16 (or bf16) on CUDA
     compile_mode: str = "off"  # torch.compile mode; off avoids compile time on small machines
     # How an update runs. eager: replay sampled on the host (prefetch thread), networks per compile_mode.

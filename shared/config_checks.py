@@ -15,6 +15,7 @@ from shared.config import (
     ACTION_SETS,
     COMPILE_MODES,
     DEVICES,
+    ENCODERS,
     PRECISIONS,
     STEP_MODES,
     STORAGE_DEVICES,
@@ -74,6 +75,22 @@ COLLECTOR_NETWORK_COPIES = 3
 NATURE_CNN_MIN_SIDE = 36  # smallest frame side the Nature CNN's three convolutions leave features for
 
 
+def _impala_side(side: int) -> int:
+    """Output side of shared/network.py ImpalaCNN: three 3x3 stride-2 max pools, padding 1 (each halves, rounding up)."""
+    for _ in range(3):
+        side = (side + 1) // 2
+    return side
+
+
+def _impala_params(stack: int, width: int) -> int:
+    """Parameters of shared/network.py ImpalaCNN: per stage a 3x3 conv in -> c and two residual blocks of two c -> c."""
+    total, in_channels = 0, stack
+    for channels in (16 * width, 32 * width, 32 * width):  # shared/network.py IMPALA_CHANNELS x encoder_width
+        total += in_channels * channels * 9 + channels + 4 * (channels * channels * 9 + channels)
+        in_channels = channels
+    return total
+
+
 def _nature_cnn_side(side: int) -> int:
     """Output side of shared/network.py NatureCNN (kernels 8/4/3, strides 4/2/1) for one input side."""
     side = (side - 8) // 4 + 1
@@ -93,8 +110,9 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     """Parameter count of shared/network.py `build_q_network` for this config and env, without torch.
 
     The layer sizes of the network `build_q_network(spec.obs_shape, spec.stack, spec.num_actions,
-    learner.hidden, learner.dueling)` builds (tests/test_cli_errors.py counts the built one against
-    it); torch-free because `Config.check_valid` runs where torch is not installed. `spec` None:
+    learner.hidden, learner.dueling, learner.encoder, learner.encoder_width)` builds
+    (tests/test_cli_errors.py counts the built one against it); torch-free because `Config.check_valid`
+    runs where torch is not installed. `spec` None:
     Mario ids use the spec their config implies, other envs an unknown vector whose input layer
     and action count are not counted (a lower bound: the hidden x hidden layers dominate wide networks).
     """
@@ -104,6 +122,14 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
         spec = _spec_from_config(cfg)
     if spec is None:
         torso, features, num_actions = hidden, hidden, 1  # bias only: the input width is unknown here
+    elif not spec.image and cfg.learner.encoder != "nature":
+        raise ConfigError(f"learner.encoder={cfg.learner.encoder!r} is invalid: allowed 'nature' for env "
+                          f"{e.env_id!r}, whose {tuple(spec.obs_shape)} vector observations take the MLP torso "
+                          f"(the encoders are for 2-D frames)")
+    elif spec.image and cfg.learner.encoder == "impala":
+        width = cfg.learner.encoder_width
+        torso, num_actions = _impala_params(spec.stack, width), spec.num_actions
+        features = 32 * width * _impala_side(spec.obs_shape[0]) * _impala_side(spec.obs_shape[1])
     elif spec.image:
         side_h, side_w = _nature_cnn_side(spec.obs_shape[0]), _nature_cnn_side(spec.obs_shape[1])
         if side_h < 1 or side_w < 1:
@@ -177,6 +203,11 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("learner.target_update_every", lrn.target_update_every, 1)
     _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
     _int_range("learner.hidden", lrn.hidden, 1, 65536)
+    _choice("learner.encoder", lrn.encoder, ENCODERS)
+    _int_range("learner.encoder_width", lrn.encoder_width, 1, 64)
+    if lrn.encoder != "impala" and lrn.encoder_width != 1:
+        _fail("learner.encoder_width", lrn.encoder_width, f"1 with learner.encoder={lrn.encoder!r} (the width "
+              "multiplies the impala encoder's channels)")
     _choice("learner.precision", lrn.precision, PRECISIONS)
     _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
     _choice("learner.step_mode", lrn.step_mode, STEP_MODES)

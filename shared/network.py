@@ -1,9 +1,10 @@
 """The Q-network, built by one factory that collectors and learner both call.
 
-Image observations (uint8 [B, S, H, W]) go through the Nature-DQN CNN; the uint8 -> float
-scaling happens inside the network so uint8 is what travels, is stored and is gathered.
-Vector observations ([B, S, D], any float dtype) go through an MLP. Both end in a dueling
-head (or a plain linear head). He (Kaiming) init for ReLU layers.
+Image observations (uint8 [B, S, H, W]) go through a CNN encoder chosen by `learner.encoder`:
+the Nature-DQN CNN (default) or the IMPALA residual CNN; the uint8 -> float scaling happens
+inside the network so uint8 is what travels, is stored and is gathered. Vector observations
+([B, S, D], any float dtype) go through an MLP. All end in a dueling head (or a plain linear
+head). He (Kaiming) init for ReLU layers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from shared.config import ENCODERS
 from shared.env_spec import is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 
 
@@ -52,8 +54,63 @@ class NatureCNN(nn.Module):
             self.out_features = int(self.convs(torch.zeros(1, stack, *frame_hw)).shape[1])
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        # scale inside the network: uint8 is what travels, is stored and is gathered
-        return self.convs(frames.float().div_(255.0) if frames.dtype == torch.uint8 else frames)
+        return self.convs(_scaled(frames))
+
+
+def _scaled(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 frames to floats in [0, 1] (float input passes as it is): the network scales, so uint8 is what
+    travels, is stored and is gathered."""
+    return frames.float().div_(255.0) if frames.dtype == torch.uint8 else frames
+
+
+class ResidualBlock(nn.Module):
+    """x + conv1(relu(conv0(relu(x)))), both convs 3x3 with padding 1 (the shape is kept)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaStage(nn.Module):
+    """conv3x3 (padding 1) -> maxpool 3x3 stride 2 (padding 1: the side halves, rounded up) -> 2 residual blocks."""
+
+    def __init__(self, in_channels: int, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, channels, kernel_size=3, padding=1)
+        self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.blocks = nn.Sequential(ResidualBlock(channels), ResidualBlock(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.pool(self.conv(x)))
+
+
+IMPALA_CHANNELS = (16, 32, 32)  # per stage, multiplied by learner.encoder_width
+
+
+class ImpalaCNN(nn.Module):
+    """Espeholt et al. 2018's residual torso: three stages, then ReLU and flatten (the head's first Linear
+    is the encoder's final linear layer). Features: 32 * width * s_h * s_w, s = ceil(side / 8) after three
+    halvings rounded up (11 x 11 for 84 x 84)."""
+
+    def __init__(self, stack: int, frame_hw: tuple[int, int], width: int = 1) -> None:
+        super().__init__()
+        if width < 1:
+            raise ValueError(f"encoder_width={width}: need at least 1")
+        stages, in_channels = [], stack
+        for channels in IMPALA_CHANNELS:
+            stages.append(ImpalaStage(in_channels, channels * width))
+            in_channels = channels * width
+        self.stages = nn.Sequential(*stages)
+        self.out = nn.Sequential(nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            self.out_features = int(self.forward(torch.zeros(1, stack, *frame_hw)).shape[1])
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.out(self.stages(_scaled(frames)))
 
 
 class VectorMLP(nn.Module):
@@ -84,17 +141,32 @@ def build_q_network(
     num_actions: int,
     hidden: int = 512,
     dueling: bool = True,
+    encoder: str = "nature",
+    encoder_width: int = 1,
 ) -> QNetwork:
     """One factory for collectors and learner: same architecture, same init, same inputs.
 
     `obs_shape` is one observation's shape ((H, W) for frames, (D,) for vectors); the network
-    input is [B, stack, *obs_shape].
+    input is [B, stack, *obs_shape]. `encoder` ("nature" or "impala") and `encoder_width` (the
+    impala channel multiplier; 1 with nature) pick the frames' torso; vectors take the MLP and
+    accept only the defaults.
     """
     if num_actions < 1:
         raise ValueError(f"num_actions={num_actions}: need at least one action")
+    if encoder not in ENCODERS:
+        raise ValueError(f"encoder={encoder!r}: allowed {', '.join(ENCODERS)}")
+    if encoder_width != 1 and encoder != "impala":
+        raise ValueError(f"encoder_width={encoder_width}: only the impala encoder has a width (nature takes 1)")
     if is_image_obs(obs_shape):
-        torso: nn.Module = NatureCNN(stack, (int(obs_shape[0]), int(obs_shape[1])))
+        frame_hw = (int(obs_shape[0]), int(obs_shape[1]))
+        if encoder == "impala":
+            torso: nn.Module = ImpalaCNN(stack, frame_hw, int(encoder_width))
+        else:
+            torso = NatureCNN(stack, frame_hw)
     else:
+        if encoder != "nature":
+            raise ValueError(f"encoder={encoder!r}: vector observations {tuple(obs_shape)} take the MLP torso "
+                             "(the encoders are for 2-D frames)")
         flat = stack
         for dim in obs_shape:
             flat *= int(dim)

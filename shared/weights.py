@@ -106,8 +106,9 @@ def network_template(config: Any) -> dict[str, torch.Tensor]:
 
     spec = env_spec(config.env)
     with torch.device("meta"):
-        net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, config.learner.hidden,
-                              config.learner.dueling)
+        lc = config.learner
+        net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
+                              lc.encoder_width)
     return dict(net.state_dict())
 
 

@@ -7,12 +7,20 @@ import json
 import random
 import re
 import shutil
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from learner.checkpoint import CheckpointError, find_checkpoint, load_checkpoint
+from learner.checkpoint import (
+    CheckpointError,
+    check_geometry,
+    check_state_dict,
+    find_checkpoint,
+    load_checkpoint,
+)
 from shared.env_spec import EnvSpec
 from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
@@ -591,3 +599,74 @@ def test_a_run_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path) -> Non
     assert "final checkpoint failed" in errors[0] and "it wrote no checkpoint" in errors[0]
     assert "is not on disk" in errors[0]
     assert not (run / "checkpoint").exists() and not list(run.glob(".checkpoint.tmp-*"))
+
+
+# ---------------------------------------------------------------------- the encoder in the geometry
+SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
+
+
+def _shipped_learner(encoder: str = "nature"):
+    """A learner with the shipped run's own learner section (device cpu, no prefetch thread) on its Mario geometry."""
+    from shared.config import Config
+
+    cfg = Config.from_dict(json.loads((SHIPPED / "checkpoint" / "config.json").read_text()))
+    lc = replace(cfg.learner, device="cpu", prefetch=False, encoder=encoder)
+    replay = FakeReplay(obs_shape=(84, 84), stack=4, num_actions=5, pool=16)
+    return learner_of(replace(cfg, learner=lc), EnvSpec((84, 84), np.uint8, 5, 4), replay)
+
+
+def test_the_shipped_checkpoint_predates_the_encoder_keys_and_loads_as_nature() -> None:
+    meta = json.loads((SHIPPED / "checkpoint" / "meta.json").read_text())
+    raw = meta["geometry"]
+    assert "encoder" not in raw and "encoder_width" not in raw  # written before the keys existed
+    data = load_checkpoint(SHIPPED)
+    assert (data.geometry["encoder"], data.geometry["encoder_width"]) == ("nature", 1)
+    assert data.counters["updates"] == meta["counters"]["updates"]
+    learner = _shipped_learner()  # what a default run's learner records and builds
+    try:
+        check_geometry(learner.geometry, data.geometry, SHIPPED)  # the check a resume makes first
+        check_state_dict(learner.online.state_dict(), data.model["online"], "online")
+        learner.online.load_state_dict(data.model["online"])  # strict: every name and shape of the nature CNN
+        assert all(torch.equal(learner.online.state_dict()[k], v) for k, v in data.model["online"].items())
+    finally:
+        learner.close()
+
+
+def test_a_checkpoint_of_another_encoder_is_refused_naming_the_field(tmp_path) -> None:
+    impala = _shipped_learner("impala")
+    try:
+        with pytest.raises(CheckpointError) as err:
+            impala.load_checkpoint(SHIPPED, restore_rng=False)
+        message = str(err.value)
+        assert "encoder: checkpoint 'nature' vs learner 'impala'" in message and "\n" not in message
+    finally:
+        impala.close()
+    learner = make_learner(small_config(encoder="impala", encoder_width=2))
+    try:
+        learner.save_checkpoint(tmp_path)
+    finally:
+        learner.close()
+    for overrides, words in (({}, "encoder: checkpoint 'impala' vs learner 'nature'"),
+                             ({"encoder": "impala"}, "encoder_width: checkpoint 2 vs learner 1")):
+        other = make_learner(small_config(**overrides))
+        try:
+            with pytest.raises(CheckpointError, match=re.escape(words)) as err:
+                other.load_checkpoint(tmp_path)
+            assert "\n" not in str(err.value)
+        finally:
+            other.close()
+
+
+@pytest.mark.parametrize(("key", "value"), [("encoder", 3), ("encoder_width", "2"), ("encoder_width", 0)])
+def test_a_wrongly_typed_encoder_in_meta_json_is_refused_by_name(tmp_path, key: str, value) -> None:
+    learner = make_learner()
+    try:
+        learner.save_checkpoint(tmp_path)
+    finally:
+        learner.close()
+    meta_path = tmp_path / "checkpoint" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["geometry"][key] = value
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=rf"geometry\.{key}={re.escape(repr(value))} is invalid"):
+        load_checkpoint(tmp_path)

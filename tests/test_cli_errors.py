@@ -95,6 +95,10 @@ CASES = [
     ("target-return-inf", ["--target-return=-inf"], ["--target-return=-inf", "finite"]),
     ("log-interval-nan", ["--log-interval", "nan"], ["logging.interval_s=nan", "(0.0, 86400.0]"]),
     ("lr-nan", ["--set", "learner.lr=nan"], ["learner.lr=nan"]),
+    ("encoder-unknown", ["--set", "learner.encoder=resnet"], ["learner.encoder='resnet'", "nature, impala"]),
+    ("encoder-width-nature", ["--set", "learner.encoder_width=2"], ["learner.encoder_width=2", "impala"]),
+    ("encoder-vector-env", ["--env", "CartPole-v1", "--set", "learner.encoder=impala"],
+     ["learner.encoder='impala'", "CartPole-v1", "vector observations"]),
     ("hidden-too-big", ["--env", "CartPole-v1", "--set", "learner.hidden=65536"],
      ["learner.hidden=65536", "GiB", "available"]),
     ("set-hidden-too-big", ["--set", "env.env_id=CartPole-v1", "--set", "learner.hidden=65536"],
@@ -273,6 +277,11 @@ def test_good_input_still_parses(tmp_path):
         (["env.frame_size=100", "env.frame_stack=2", "learner.hidden=64"], None, None, None),
         (["env.env_id=CartPole-v1", "learner.hidden=256"], (4,), 1, 2),
         (["env.env_id=ApeXCounting-v0", "learner.hidden=32"], (84, 84), 4, 3),
+        (["learner.encoder=impala"], None, None, None),  # Mario's 84x84 x 4 through the IMPALA CNN
+        (["learner.encoder=impala", "learner.encoder_width=2", "env.frame_size=17", "env.frame_stack=2",
+          "learner.dueling=false"], None, None, None),  # odd sides: every max pool rounds up
+        (["env.env_id=ApeXCounting-v0", "learner.hidden=32", "learner.encoder=impala", "learner.encoder_width=3"],
+         (84, 84), 4, 3),
     ],
 )
 def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, num_actions):
@@ -287,6 +296,8 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         num_actions or mario_actions(e.action_set),
         hidden=cfg.learner.hidden,
         dueling=cfg.learner.dueling,
+        encoder=cfg.learner.encoder,
+        encoder_width=cfg.learner.encoder_width,
     )
     params = sum(p.numel() for p in built.parameters())
     spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,

@@ -69,6 +69,8 @@ def test_bad_override_names_the_problem(override, words):
         ("learner.precision=fp8", "learner.precision", "auto, fp32, bf16, fp16"),
         ("learner.compile_mode=fast", "learner.compile_mode", "off, default"),
         ("learner.batch_size=0", "learner.batch_size", "[1, 65536]"),
+        ("learner.encoder=resnet", "learner.encoder", "nature, impala"),
+        ("learner.encoder_width=0", "learner.encoder_width", "[1, 64]"),
         ("collectors.count=-1", "collectors.count", "[0, 1024]"),
         ("transport.bind=0.0.0.0", "transport.bind", "curve_keys_dir"),
         ("transport.socket_buffer_bytes=-1", "transport.socket_buffer_bytes", "[0, 1073741824]"),

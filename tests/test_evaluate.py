@@ -245,3 +245,34 @@ def test_mario_fresh_network_real_frames_gif(tmp_path: Path) -> None:
         colors = im.convert("RGB").getcolors(maxcolors=1 << 16)
         assert colors is not None and len(colors) > 8  # a real picture: sky, ground, Mario
     assert (out / "learning_curve.png").is_file()
+
+
+# ---------------------------------------------------------------------- the encoder read from the geometry
+def _impala_run(run_dir: Path) -> Path:
+    cfg = replace(small_config(encoder="impala", encoder_width=2), env=EnvConfig(env_id=COUNTING_ENV_ID))
+    learner = make_learner(cfg, replay=FakeReplay(obs_shape=(84, 84), stack=4, num_actions=4, pool=16))
+    try:
+        learner.run_updates(1)
+        learner.save_checkpoint(run_dir, counters={"env_steps": 64, "episodes": 1})
+    finally:
+        learner.close()
+    return run_dir
+
+
+def test_an_impala_checkpoint_is_played_with_its_encoder(tmp_path: Path) -> None:
+    run = _impala_run(tmp_path / "run")
+    assert evaluate_main([str(run), "--episodes", "1", "--no-video", "--max-steps", "5",
+                          "--out", str(tmp_path / "eval")]) == 0
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert [e["steps"] for e in report["episodes"]] == [5]
+
+
+def test_an_unknown_encoder_in_the_geometry_exits_2(tmp_path: Path, capsys) -> None:
+    run = _impala_run(tmp_path / "run")
+    meta_path = run / "checkpoint" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["geometry"]["encoder"] = "resnet"
+    meta_path.write_text(json.dumps(meta))
+    assert evaluate_main([str(run), "--episodes", "1", "--no-video"]) == 2
+    err = capsys.readouterr().err
+    assert "meta.json" in err and "'resnet'" in err and "nature, impala" in err

@@ -278,6 +278,39 @@ def test_network_state_dict_table(obs_shape: tuple[int, ...], stack: int, duelin
     assert net(torch.zeros(2, stack, *obs_shape)).shape == (2, actions)
 
 
+def _impala_side(side: int) -> int:
+    """The doc's formula for the IMPALA CNN's output side: three halvings, each rounded up."""
+    return math.ceil(math.ceil(math.ceil(side / 2) / 2) / 2)
+
+
+@pytest.mark.parametrize("obs_shape,stack,width", [((84, 84), 4, 1), ((84, 84), 4, 2), ((17, 30), 2, 3)])
+@pytest.mark.parametrize("dueling", [True, False])
+def test_impala_state_dict_table(obs_shape: tuple[int, int], stack: int, width: int, dueling: bool) -> None:
+    """The IMPALA table replaces the `frames` rows; with the head's rows it names the built network exactly."""
+    hidden, actions = 24, 3
+    net = build_q_network(obs_shape, stack, actions, hidden, dueling, "impala", width)
+    features = 32 * width * _impala_side(obs_shape[0]) * _impala_side(obs_shape[1])
+    if (obs_shape, width) == ((84, 84), 1):
+        assert features == 3872 and "3872 for 84 x 84 at W = 1" in DOC
+    symbols = {"S": stack, "H": hidden, "A": actions, "F": features, "W": width}
+    text = section("## WEIGHTS and the Q-network")
+    head_rows = table_rows(text, "Name")
+    wanted = {"always"} | ({"dueling"} if dueling else set())
+    documented = {unquote(r[0]): _shape_of(r[1], symbols) for r in head_rows if r[2] in wanted}
+    for name, shape in table_rows(text, "IMPALA name"):
+        name = unquote(name)
+        if "{i}" not in name:
+            documented[name] = _shape_of(shape, symbols)
+            continue
+        for i, channels in enumerate((16 * width, 32 * width, 32 * width)):
+            for j in (0, 1):
+                for k in (0, 1):
+                    documented[name.format(i=i, j=j, k=k)] = _shape_of(shape, symbols | {"C": channels})
+    actual = {name: tuple(t.shape) for name, t in net.state_dict().items()}
+    assert documented == actual
+    assert net(torch.zeros(2, stack, *obs_shape, dtype=torch.uint8)).shape == (2, actions)
+
+
 def test_weights_dtype_list_and_loading_snippet() -> None:
     text = section("## WEIGHTS and the Q-network")
     listed = re.search(r"dtypes `([a-z0-9 ]+)`", text)

@@ -1,0 +1,196 @@
+"""The Q-network factory (shared/network.py): the nature and impala encoders, and everyone who builds one.
+
+The encoder is a learner.encoder / learner.encoder_width option: the collector, the learner, the WEIGHTS
+template and the evaluator build it from the same config and their state_dicts load into each other; the
+default stays the nature CNN a shipped checkpoint holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
+from shared.env_spec import EnvSpec
+from shared.network import ImpalaCNN, NatureCNN, build_q_network
+from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
+
+MARIO = (84, 84), 4, 7  # obs_shape, stack, actions: Mario's 84x84 frames, 4 per state, the simple action set
+
+
+def _conv(cin: int, cout: int, k: int) -> int:
+    return cin * cout * k * k + cout
+
+
+def _impala_torso_params(stack: int, width: int) -> int:
+    """Counted layer by layer: per stage one 3x3 conv in -> C, then 2 residual blocks of 2 convs C -> C."""
+    c1, c2, c3 = 16 * width, 32 * width, 32 * width
+    return (_conv(stack, c1, 3) + 4 * _conv(c1, c1, 3) + _conv(c1, c2, 3) + 4 * _conv(c2, c2, 3)
+            + _conv(c2, c3, 3) + 4 * _conv(c3, c3, 3))
+
+
+@pytest.mark.parametrize("encoder,width,features", [("nature", 1, 64 * 7 * 7), ("impala", 1, 32 * 11 * 11),
+                                                    ("impala", 2, 64 * 11 * 11)])
+def test_mario_input_gives_one_q_value_per_action(encoder: str, width: int, features: int) -> None:
+    obs_shape, stack, actions = MARIO
+    net = build_q_network(obs_shape, stack, actions, encoder=encoder, encoder_width=width)
+    assert net.torso.out_features == features
+    frames = torch.randint(0, 256, (3, stack, *obs_shape), dtype=torch.uint8)
+    with torch.no_grad():
+        q = net(frames)
+        assert q.shape == (3, actions) and q.dtype == torch.float32 and torch.isfinite(q).all()
+        torch.testing.assert_close(net(frames.float() / 255.0), q)  # the network scales uint8 itself
+        assert not torch.equal(net(frames[:1]), net(frames[1:2]))  # the input matters
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+@pytest.mark.parametrize("dueling", [True, False])
+def test_impala_parameter_count(width: int, dueling: bool) -> None:
+    obs_shape, stack, actions = MARIO
+    hidden = 64
+    net = build_q_network(obs_shape, stack, actions, hidden, dueling, "impala", width)
+    assert isinstance(net.torso, ImpalaCNN)
+    torso = sum(p.numel() for p in net.torso.parameters())
+    assert torso == _impala_torso_params(stack, width)
+    features = 32 * width * 11 * 11
+    head = features * hidden + hidden + hidden * actions + actions
+    head += (features * hidden + hidden + hidden + 1) if dueling else 0
+    assert sum(p.numel() for p in net.parameters()) == torso + head
+    if width == 1:
+        assert torso == 97_744
+
+
+def test_the_default_is_the_nature_cnn_with_its_names_and_init() -> None:
+    """Default arguments and an explicit nature/1 draw the same weights from the same seed: the factory's
+    default path (and so a default run's checkpoint and WEIGHTS) is the nature CNN."""
+    torch.manual_seed(3)
+    default = build_q_network((84, 84), 4, 5)
+    torch.manual_seed(3)
+    explicit = build_q_network((84, 84), 4, 5, 512, True, "nature", 1)
+    assert isinstance(default.torso, NatureCNN)
+    assert list(default.state_dict()) == list(explicit.state_dict())
+    assert all(torch.equal(t, explicit.state_dict()[k]) for k, t in default.state_dict().items())
+    assert [k for k in default.state_dict() if k.startswith("torso.")] == [
+        f"torso.convs.{i}.{p}" for i in (0, 2, 4) for p in ("weight", "bias")]
+
+
+def test_impala_residual_blocks_add_to_their_input() -> None:
+    """A block whose second conv is zero passes its input through unchanged (x + 0)."""
+    net = build_q_network((20, 20), 2, 3, 16, True, "impala", 1)
+    block = net.torso.stages[0].blocks[0]
+    with torch.no_grad():
+        block.conv1.weight.zero_()
+        block.conv1.bias.zero_()
+        x = torch.randn(2, 16, 10, 10)
+        assert torch.equal(block(x), x)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"encoder": "resnet"}, "encoder='resnet'"),
+    ({"encoder": "nature", "encoder_width": 2}, "encoder_width=2"),
+    ({"encoder": "impala", "encoder_width": 0}, "encoder_width=0"),
+])
+def test_bad_encoder_arguments_are_refused(kwargs: dict, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        build_q_network((84, 84), 4, 5, **kwargs)
+
+
+def test_vector_observations_take_only_the_mlp() -> None:
+    assert build_q_network((4,), 1, 2, 16).torso.out_features == 16
+    with pytest.raises(ValueError, match="vector observations"):
+        build_q_network((4,), 1, 2, 16, encoder="impala")
+
+
+def _impala_config(width: int = 2) -> Config:
+    return replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                   collectors=CollectorConfig(envs_per_collector=2, chunk_steps=16),
+                   learner=LearnerConfig(device="cpu", hidden=16, encoder="impala", encoder_width=width,
+                                         precision="fp32", warmup_transitions=0, samples_per_insert=0.0,
+                                         prefetch=False, batch_size=4))
+
+
+def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks() -> None:
+    """The collector (built from what the WELCOME carries of the config), the WEIGHTS template and the learner:
+    the same names, shapes and dtypes, and each one's weights load into the other with the same outputs."""
+    from actors.collector import Collector
+    from ingest.registration import collector_config
+    from shared.weights import network_template
+    from tests.test_collector_unit import FakeLink
+
+    cfg = _impala_config()
+    welcomed = Config.from_dict(collector_config(cfg.to_dict()))  # what a collector knows of the run
+    assert (welcomed.learner.encoder, welcomed.learner.encoder_width) == ("impala", 2)
+    collector = Collector(welcomed, collector_id=1, epsilon=0.1, link=FakeLink())
+    learner = learner_of(cfg, collector.spec, FakeReplay(obs_shape=collector.obs_shape, stack=collector.stack,
+                                                         num_actions=collector.num_actions))
+    try:
+        assert isinstance(collector.net.torso, ImpalaCNN) and isinstance(learner.online.torso, ImpalaCNN)
+        theirs, ours = collector.net.state_dict(), learner.online.state_dict()
+        template = network_template(welcomed)
+        assert {k: (tuple(t.shape), t.dtype) for k, t in theirs.items()} == \
+            {k: (tuple(t.shape), t.dtype) for k, t in ours.items()} == \
+            {k: (tuple(t.shape), t.dtype) for k, t in template.items()}
+        assert any(not torch.equal(theirs[k], ours[k]) for k in ours)  # two inits: the load below does something
+        learner.train_step()
+        assert collector.load_weights(1, {k: v.detach().cpu() for k, v in learner.online.state_dict().items()})
+        frames = np.stack([collector.stacks[0], collector.stacks[1]])
+        with torch.no_grad():
+            expected = learner.online(torch.from_numpy(frames)).numpy()
+        np.testing.assert_allclose(collector._q(frames), expected, rtol=1e-5, atol=1e-6)
+        learner.online.load_state_dict(collector.net.state_dict())  # and back (strict)
+    finally:
+        collector.close()
+        learner.close()
+
+
+def test_a_learner_with_the_impala_encoder_trains_and_its_checkpoint_resumes(tmp_path) -> None:
+    replay = FakeReplay()
+    cfg = small_config(encoder="impala", encoder_width=1)
+    learner = make_learner(cfg, replay=replay)
+    try:
+        before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+        stats = [learner.train_step() for _ in range(5)]
+        assert all(np.isfinite(s["loss"]) for s in stats) and learner.updates == 5
+        assert any(not torch.equal(before[k], v) for k, v in learner.online.state_dict().items())
+        assert learner.geometry["encoder"] == "impala" and learner.geometry["encoder_width"] == 1
+        learner.save_checkpoint(tmp_path)
+        weights = {k: v.clone() for k, v in learner.online.state_dict().items()}
+    finally:
+        learner.close()
+    resumed = make_learner(cfg, replay=FakeReplay(), seed=9)
+    try:
+        assert resumed.load_checkpoint(tmp_path)["updates"] == 5
+        assert all(torch.equal(weights[k], v) for k, v in resumed.online.state_dict().items())
+        resumed.train_step()
+    finally:
+        resumed.close()
+
+
+def test_the_device_step_trains_an_impala_learner_like_the_eager_one() -> None:
+    from tests.test_device_step import IMAGE, assert_same_learners, config, filled_replay, learner_on
+
+    eager = learner_on(config(encoder="impala"), filled_replay(IMAGE))
+    device = learner_on(config(encoder="impala", step_mode="device"), filled_replay(IMAGE))
+    try:
+        assert isinstance(device.online.torso, ImpalaCNN)
+        for _ in range(3):
+            se, sd = eager.train_step(), device.train_step()
+            assert sd["skipped"] == se["skipped"] == 0.0
+            assert sd["loss"] == pytest.approx(se["loss"], rel=1e-5)
+        assert_same_learners(eager, device, 1e-4, 1e-6)
+    finally:
+        eager.close()
+        device.close()
+
+
+def test_spec_geometry_records_the_encoder() -> None:
+    from learner.checkpoint import geometry_of
+
+    spec = EnvSpec((84, 84), np.uint8, 7, 4)
+    assert geometry_of(spec, 512, True) == {"obs_shape": [84, 84], "obs_dtype": "|u1", "stack": 4, "num_actions": 7,
+                                            "hidden": 512, "dueling": True, "encoder": "nature", "encoder_width": 1}
+    assert geometry_of(spec, 64, False, "impala", 2)["encoder_width"] == 2
