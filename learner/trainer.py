@@ -99,7 +99,8 @@ class Learner:
         self.on_weights = on_weights
         if self.device.type == "cpu":
             torch.set_num_threads(lc.torch_threads)
-        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling)  # meta.json's record, checked on load
+        # meta.json's record, checked on load
+        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width)
         image = spec.image
         # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
         # measured no consistent gain (BENCHMARKS.md, "Design measurements"), so it stays off there
@@ -156,7 +157,8 @@ class Learner:
     def build_network(self) -> torch.nn.Module:
         """A freshly initialized Q-network of this learner's architecture, on the CPU (online net, resets)."""
         spec, lc = self.spec, self.lc
-        return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling)
+        return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
+                               lc.encoder_width)
 
     # ------------------------------------------------------------------ the update
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
