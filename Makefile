@@ -22,7 +22,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-random test-fast test-env run bench soak eval lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env run bench soak eval suite lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9
 
 install: $(STAMP)
@@ -86,6 +86,12 @@ soak: $(TRAIN_STAMP)
 eval: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo "usage: make eval CHECKPOINT=runs/<run>" >&2; exit 2; }
 	$(VPY) -m evaluate $(CHECKPOINT) $(ARGS)
+
+# Which levels checkpoints clear, across training seeds (evaluate/suite.py): one checkpoint per seed in CHECKPOINT,
+# e.g. make suite CHECKPOINT="runs/a runs/b" ARGS="--levels 1-1,1-2,1-3,1-4 --out runs/suite"
+suite: $(TRAIN_STAMP)
+	@test -n "$(CHECKPOINT)" || { echo 'usage: make suite CHECKPOINT="runs/<run> ..." ARGS="--levels 1-1,1-2 --out DIR"' >&2; exit 2; }
+	$(VPY) -m evaluate.suite $(CHECKPOINT) $(ARGS)
 
 lint: install
 	$(VPY) -m ruff check .
