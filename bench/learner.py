@@ -116,7 +116,7 @@ def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: 
         # Throughput, not latency: the device is synchronized once per block of updates (as a real
         # training loop never syncs per update), and the block doubles until it takes >= BLOCK_S.
         # On CPU sync_device is a no-op, so there only the stopping check's granularity changes.
-        n, block, t0 = 0, max(1, min_updates), time.perf_counter()
+        n, block, t0, cpu0 = 0, max(1, min_updates), time.perf_counter(), time.process_time()
         while True:
             tb = time.perf_counter()
             learner.run_updates(block)
@@ -127,9 +127,10 @@ def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: 
                 break
             if now - tb < BLOCK_S:
                 block *= 2
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         st = learner.stats()
         return {"updates_per_s": n / dt, "samples_per_s": n * learner.batch_per_update / dt, "updates": n,
+                "cpu_ms_per_update": 1000.0 * cpu / n,  # process CPU, every thread (the prefetch thread too)
                 "data_wait_frac": st["data_wait_frac"], "compile_s": learner.compile_s,
                 "compiled": learner.compiled, "precision": learner.precision.name}
     finally:
