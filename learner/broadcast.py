@@ -4,8 +4,15 @@ The learner calls `publish(version, state_dict)` every M updates; the tensors ar
 CPU once in the caller, and the send happens in the publisher thread (ZeroMQ sockets are not
 thread-safe). The thread also sends a small HEAD_HEARTBEAT every `heartbeat_s` (collectors
 exit when the head goes silent) and re-sends the newest weights whenever a collector
-subscribes (XPUB reports subscriptions), so a late joiner never acts with stale weights and
-the PUB "slow joiner" gap cannot lose the first broadcast.
+subscribes, so a late joiner never acts with stale weights and the PUB "slow joiner" gap cannot
+lose the first broadcast.
+
+Subscriptions are manual (ZMQ_XPUB_MANUAL): libzmq hands every (un)subscription to this thread
+instead of applying it, and the thread applies only the topic the protocol uses, b"" (what
+collectors subscribe to), to the connection it came from; any other topic is dropped and counted
+(`SubscriptionGate`). The thread reads subscriptions for at most `read_budget_s` of every
+`window_s`, so a peer sending them faster is held back by its own connection (RCVHWM, then TCP)
+instead of taking the head's CPU.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,9 +33,9 @@ from shared.weights import cpu_state, encode_weights
 
 log = logging.getLogger(__name__)
 # Incoming (un)subscriptions: each time the socket processes commands, libzmq moves everything queued in a
-# peer's pipe into a list that only recv() empties and that has no limit. A small receive HWM and a drain
-# that empties the list each turn (bounded in time, so spam cannot starve the sends) keep it near one pipe's
-# worth per peer: a spamming peer is held back by TCP instead of growing the head's memory.
+# peer's pipe into a list that only recv() empties and that has no limit. A small receive HWM keeps that
+# near one pipe's worth per peer and per command pass: while the thread does not read, only its sends
+# process commands, so a spamming peer is held back by TCP instead of growing the head's memory.
 SUBSCRIPTION_RCVHWM = 64
 SUBSCRIPTION_DRAIN_S = 0.005  # longest time spent reading (un)subscriptions per loop turn
 RESEND_MIN_S = 0.05  # newest weights are re-sent to new subscribers at most this often
@@ -35,6 +43,84 @@ RESEND_MIN_S = 0.05  # newest weights are re-sent to new subscribers at most thi
 # applies the same limit to handshake commands: a SUB's CURVE INITIATE is ~280 bytes, so a smaller limit
 # silently drops every CURVE subscriber (no weights, no HEAD_HEARTBEAT) while plain TCP/ipc still work.
 SUBSCRIPTION_MAX_MSG = 1024
+SUBSCRIBE_ALL, UNSUBSCRIBE_ALL = b"\x01", b"\x00"  # the (un)subscription of topic b"", as XPUB reports it
+
+
+@dataclass(frozen=True)
+class SubscriptionLimits:
+    """How much of the publisher thread subscriptions may take, and how much memory foreign topics may.
+
+    libzmq 4.3 still records every topic a connection subscribes in a trie of its own, even in manual
+    mode (it sends the unsubscriptions when the connection closes), at one node per byte of a topic that
+    shares no prefix: ~24 bytes of memory per topic byte. Those nodes are freed only with the connection,
+    so once `foreign_topic_bytes` of topics other than b"" were subscribed, the thread closes every TCP
+    connection of the weights socket (it unbinds and binds the TCP endpoints again); collectors reconnect
+    by themselves, subscribe again and are sent the newest weights. ipc and inproc peers are local ones.
+    """
+
+    window_s: float = 0.1
+    read_budget_s: float = 0.01  # reading time per window: at most 10% of one core
+    foreign_topic_bytes: int = 2 << 20  # ~50 MB of libzmq's trie at worst
+
+    def __post_init__(self) -> None:
+        if not 0 < self.read_budget_s <= self.window_s:
+            raise ValueError(f"read_budget_s must be in (0, window_s]; got {self.read_budget_s}, {self.window_s}")
+        if self.foreign_topic_bytes <= 0:
+            raise ValueError(f"foreign_topic_bytes must be positive; got {self.foreign_topic_bytes}")
+
+
+class SubscriptionGate:
+    """Applies the (un)subscriptions read from a manual XPUB: topic b"" only, to the right connection.
+
+    In manual mode setsockopt(SUBSCRIBE) applies to the connection of the last message read. libzmq keeps
+    that connection in a queue beside the messages, but pushes none for a message that is not an
+    (un)subscription (a peer's XSUB can send any message upstream), so after such a message the
+    connection read with each later one may belong to a later one. The queues line up again when
+    everything was read. Until then the gate subscribes every connection it is given to b"" and
+    unsubscribes none: a collector's connection is given with one of the messages read before the queue
+    empties, and an extra subscriber only receives what it could have subscribed to itself.
+    """
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock = sock
+        self._misaligned = False
+        self.read = 0
+        self.subscribed = 0  # b"" subscriptions applied (a collector's, or any while misaligned)
+        self.unsubscribed = 0  # b"" unsubscriptions applied
+        self.dropped = 0  # (un)subscriptions of other topics
+        self.foreign_messages = 0  # messages that are no (un)subscription
+        self.foreign_topic_bytes = 0  # bytes of other topics subscribed, since the last reset_foreign()
+
+    def read_one(self) -> bool | None:
+        """Reads and applies one message: None when none is queued, True when it subscribed to b""."""
+        try:
+            msg = self._sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            self._misaligned = False  # both of libzmq's queues are empty now
+            return None
+        self.read += 1
+        notice = len(msg) > 0 and msg[0] <= 1  # libzmq's (un)subscription notice: 1 or 0, then the topic
+        if not notice:
+            self.foreign_messages += 1
+            self._misaligned = True
+        elif len(msg) > 1:
+            self.dropped += 1
+            if msg[0] == 1:
+                self.foreign_topic_bytes += len(msg) - 1
+        if self._misaligned:
+            self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+            return msg == SUBSCRIBE_ALL
+        if msg == SUBSCRIBE_ALL:
+            self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+            self.subscribed += 1
+            return True
+        if msg == UNSUBSCRIBE_ALL:
+            self._sock.setsockopt(zmq.UNSUBSCRIBE, b"")
+            self.unsubscribed += 1
+        return False
+
+    def reset_foreign(self) -> None:
+        self.foreign_topic_bytes = 0
 
 
 class WeightPublisher:
@@ -47,17 +133,20 @@ class WeightPublisher:
         heartbeat_s: float = 1.0,
         curve: CurveServer | None = None,
         sndhwm: int = 64,
+        limits: SubscriptionLimits | None = None,
     ) -> None:
         self._ctx = context or zmq.Context.instance()
+        self._limits = limits or SubscriptionLimits()
         self._sock = self._ctx.socket(zmq.XPUB)
         self._sock.linger = 0
         self._sock.sndhwm = sndhwm
-        self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._sock.setsockopt(zmq.XPUB_MANUAL, 1)
         self._sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_MAX_MSG)
         self._sock.rcvhwm = SUBSCRIPTION_RCVHWM
         if curve is not None:
             curve.apply(self._sock)
         self.endpoints: list[str] = []
+        self._tcp_bound: list[str] = []  # as libzmq names them (what unbind() takes)
         try:  # a failed bind must not leave the socket open: the context's term() would wait on it forever
             for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
                 if ep.startswith("tcp://") and ep.endswith(":0"):
@@ -65,10 +154,13 @@ class WeightPublisher:
                     ep = f"{ep.rsplit(':', 1)[0]}:{port}"
                 else:
                     self._sock.bind(ep)
+                if ep.startswith("tcp://"):
+                    self._tcp_bound.append(self._sock.getsockopt_string(zmq.LAST_ENDPOINT))
                 self.endpoints.append(ep)
         except BaseException:
             self._sock.close(linger=0)
             raise
+        self._gate = SubscriptionGate(self._sock)
         self._heartbeat_s = heartbeat_s
         self._lock = threading.Lock()
         self._pending: list[Any] | None = None
@@ -79,9 +171,12 @@ class WeightPublisher:
         self._broadcast_stop = False
         self.sent_weights = 0
         self.sent_heartbeats = 0
-        self.subscriptions_read = 0
+        self.subscription_read_s = 0.0  # time the thread spent reading subscriptions
+        self.tcp_resets = 0  # times every TCP connection was closed for foreign topics
         self._last_resend = 0.0
         self._resend_due = False
+        self._window_end = 0.0
+        self._budget_left = 0.0
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
 
@@ -97,6 +192,11 @@ class WeightPublisher:
     def version(self) -> int:
         """Newest version handed to publish() (the head's 'not from the future' bound)."""
         return self._version
+
+    @property
+    def subscriptions(self) -> SubscriptionGate:
+        """The counters of what was read from subscribers (written by the publisher thread only)."""
+        return self._gate
 
     def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Queue `state_dict` as `version` (newest wins); returns after one CPU copy."""
@@ -114,29 +214,68 @@ class WeightPublisher:
             self._broadcast_stop = True
             self._wake_w.send(b"x")
 
+    def _read_subscriptions(self) -> bool:
+        """Reads until none is queued, this turn's time is up or the window's budget is spent; True when a
+        collector subscribed."""
+        t0 = time.monotonic()
+        until = t0 + min(SUBSCRIPTION_DRAIN_S, self._budget_left)
+        resend = False
+        n = 0
+        while True:
+            got = self._gate.read_one()
+            if got is None:
+                break
+            resend |= got
+            n += 1
+            if n % 64 == 0 and time.monotonic() >= until:
+                break
+        spent = time.monotonic() - t0
+        self._budget_left -= spent
+        self.subscription_read_s += spent
+        if self._gate.foreign_topic_bytes >= self._limits.foreign_topic_bytes:
+            self._reset_tcp()
+        return resend
+
+    def _reset_tcp(self) -> None:
+        """Close every TCP connection (libzmq frees a connection's topics only with it): unbind, bind again."""
+        self._gate.reset_foreign()
+        self.tcp_resets += 1
+        log.warning("weights socket: %d bytes of topics other than b\"\" subscribed; closing its TCP "
+                    "connections (collectors reconnect)", self._limits.foreign_topic_bytes)
+        for ep in self._tcp_bound:
+            self._sock.unbind(ep)
+            for attempt in range(50):  # the port was ours a moment ago; only a racing bind can take it
+                try:
+                    self._sock.bind(ep)
+                    break
+                except zmq.ZMQError as exc:
+                    if exc.errno != zmq.EADDRINUSE or attempt == 49:
+                        log.error("weights socket: cannot bind %s again (%s); remote collectors are cut off",
+                                  ep, exc)
+                        break
+                    time.sleep(0.02)
+
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        reading = zmq.Poller()
+        reading.register(self._sock, zmq.POLLIN)
+        reading.register(self._wake_r, zmq.POLLIN)
+        resting = zmq.Poller()  # the window's reading budget is spent: the XPUB waits for the next window
+        resting.register(self._wake_r, zmq.POLLIN)
+        window_s, budget_s = self._limits.window_s, self._limits.read_budget_s
         next_beat = time.monotonic()
         try:
             while not self._stop.is_set():
-                timeout = max(0.0, next_beat - time.monotonic())
+                now = time.monotonic()
+                if now >= self._window_end:
+                    self._window_end, self._budget_left = now + window_s, budget_s
+                timeout = max(0.0, next_beat - now)
                 if self._resend_due:
                     timeout = min(timeout, RESEND_MIN_S)
-                events = dict(poller.poll(timeout * 1000))
-                resend = False
-                if self._sock in events:
-                    drain_until = time.monotonic() + SUBSCRIPTION_DRAIN_S
-                    while True:  # until empty, or out of time: spam cannot starve the sends below
-                        try:
-                            sub = self._sock.recv(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        resend |= bool(sub) and sub[0] == 1  # a (re)subscription
-                        self.subscriptions_read += 1
-                        if self.subscriptions_read % 256 == 0 and time.monotonic() >= drain_until:
-                            break
+                poller = reading if self._budget_left > 0 else resting
+                if poller is resting:
+                    timeout = min(timeout, self._window_end - now)
+                events = dict(poller.poll(max(0.0, timeout) * 1000))
+                resend = self._read_subscriptions() if self._sock in events else False
                 if self._wake_r in events:
                     while self._wake_r.poll(0):
                         self._wake_r.recv()
