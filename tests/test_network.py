@@ -194,3 +194,35 @@ def test_spec_geometry_records_the_encoder() -> None:
     assert geometry_of(spec, 512, True) == {"obs_shape": [84, 84], "obs_dtype": "|u1", "stack": 4, "num_actions": 7,
                                             "hidden": 512, "dueling": True, "encoder": "nature", "encoder_width": 1}
     assert geometry_of(spec, 64, False, "impala", 2)["encoder_width"] == 2
+
+
+@pytest.mark.slow
+def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(tmp_path) -> None:
+    """A whole run in one process (collectors as threads behind the real HELLO/WELCOME/WEIGHTS messages) on the
+    counting env's 84x84 frames: the collectors build the impala network from the WELCOME, accept the
+    learner's broadcasts (their chunks carry a newer weight version) and the checkpoint records the encoder."""
+    import json
+    import threading
+
+    from launcher.head import Head, StopAt
+    from shared.config import ReplayConfig, TransportConfig
+
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(count=2, envs_per_collector=2, chunk_steps=16),
+                  replay=ReplayConfig(capacity=4096),
+                  learner=LearnerConfig(device="cpu", precision="fp32", hidden=16, batch_size=8, encoder="impala",
+                                        encoder_width=1, warmup_transitions=200, samples_per_insert=0.0,
+                                        weight_broadcast_every=2),
+                  transport=TransportConfig(port=0))
+    head = Head(cfg.check_valid(), tmp_path / "run", inprocess=True)
+    try:
+        summary = head.run(StopAt(env_steps=2_000, seconds=600), threading.Event())
+        stats = head.consolidation.stats()
+    finally:
+        head.close()
+    assert summary["reason"] == "max_env_steps", summary
+    assert summary["updates"] >= 2 and stats.rejected == 0
+    versions = [c["weight_version"] for c in stats.collectors.values()]
+    assert max(versions) >= 2, versions  # a collector that refused the impala weights would still act with 0
+    meta = json.loads((tmp_path / "run" / "checkpoint" / "meta.json").read_text())
+    assert (meta["geometry"]["encoder"], meta["geometry"]["encoder_width"]) == ("impala", 1)
