@@ -20,7 +20,10 @@ Attacks (--count sets how many messages; the head's reason for each is in parent
                   declaring 4 GiB, then junk (ZeroMQ drops the connection: nothing is counted, nothing allocated)
   second-peer     a registered fake owner; two other peers on its data endpoint send HEARTBEAT with seq 2**64-1
                   (foreign_peer); a passive one must never see a CREDIT; the owner's chunks are still credited
-  xpub-spam       (un)subscriptions to the weights port as fast as possible for --seconds
+  xpub-spam       (un)subscriptions to the weights port as fast as possible for --seconds (with
+                  --distinct-topics each XSUB subscription is a new 64-byte topic, unsubscribed at once)
+  tcp-burst       --count idle TCP connections (default 1,500) to the control port, held for --seconds: past
+                  a head's open-file limit when --count exceeds it (this process raises its own soft limit)
   forged-summary  registered fake collector: EPISODE_SUMMARY with return 475 and no transitions (not counted
                   as episodes, cannot stop a --target-return run; not a rejection either)
   summary-flood   registered fake collector: --count EPISODE_SUMMARY (default 20,000) on as many distinct
@@ -42,8 +45,11 @@ raw oversize connections never authenticate. Prints one JSON object per attack.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import resource
+import selectors
 import socket
 import struct
 import sys
@@ -76,7 +82,7 @@ from shared.protocol import (
 
 CHUNK_ATTACKS = {"nan": "nonfinite_obs", "huge": "obs_out_of_range", "reward": "reward_out_of_range"}
 ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "xpub-spam", "forged-summary", "hello-flood",
-           "summary-flood", "forged-episodes", "replayed-hello")
+           "summary-flood", "forged-episodes", "replayed-hello", "tcp-burst")
 SEQ_MAX = 2**64 - 1
 
 
@@ -420,9 +426,11 @@ def second_peer(ctx: zmq.Context, connect: str, curve=None, owner_chunks: int = 
         owner.close()
 
 
-def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None, churn_subs: int = 8) -> dict[str, Any]:
-    """One XSUB sending b'\\x01spam' / b'\\x00spam' as fast as it can, plus `churn_subs` SUB sockets that
-    subscribe and unsubscribe random topics in the same loop, for `seconds`."""
+def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None, churn_subs: int = 8,
+              distinct: bool = False) -> dict[str, Any]:
+    """One XSUB sending b'\\x01spam' / b'\\x00spam' (`distinct`: a new 64-byte topic each time, subscribed then
+    unsubscribed) as fast as it can, plus `churn_subs` SUB sockets that subscribe and unsubscribe random topics in
+    the same loop, for `seconds`."""
     xsub = client_socket(ctx, zmq.XSUB, curve)
     xsub.sndhwm = 0
     xsub.connect(weights)
@@ -436,8 +444,9 @@ def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None,
     try:
         while time.monotonic() < deadline:
             for _ in range(256):
+                topic = (b"%064d" % (sent // 2)) if distinct else b"spam"
                 try:
-                    xsub.send(b"\x01spam" if sent % 2 == 0 else b"\x00spam", zmq.NOBLOCK)
+                    xsub.send((b"\x01" if sent % 2 == 0 else b"\x00") + topic, zmq.NOBLOCK)
                     sent += 1
                 except zmq.Again:
                     break
@@ -447,11 +456,73 @@ def xpub_spam(ctx: zmq.Context, weights: str, seconds: float = 10.0, curve=None,
                 s.setsockopt(zmq.UNSUBSCRIBE, topic)
                 churned += 2
         return {"attack": "xpub-spam", "endpoint": weights, "xsub_messages": sent, "sub_churn": churned,
-                "seconds": seconds}
+                "seconds": seconds, "distinct_topics": distinct}
     finally:
         xsub.close(linger=0)
         for s in subs:
             s.close(linger=0)
+
+
+def raise_open_files(want: int) -> int:
+    """Raises this process's soft open-file limit toward `want` (never past the hard one); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def tcp_burst(endpoint: str, count: int = 1500, hold_s: float = 10.0, connect_timeout_s: float = 10.0) -> dict[str, Any]:
+    """`count` TCP connections to `endpoint`, opened at once and held idle (nothing sent) for `hold_s`, then closed.
+    `established` counts what the kernel completed: a listener that cannot get a descriptor for accept() leaves
+    connections in its backlog, so how many the head really holds is its own descriptor count. At the end,
+    `dropped_by_head` counts connections the head closed meanwhile (ZeroMQ drops a peer that never greets after
+    its handshake interval)."""
+    host, port = urlsplit(endpoint).hostname, urlsplit(endpoint).port
+    room = raise_open_files(count + 64) - 64
+    sel = selectors.DefaultSelector()
+    socks: list[socket.socket] = []
+    established = failed = 0
+    t0 = time.monotonic()
+    try:
+        for _ in range(min(count, room)):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            socks.append(s)
+            rc = s.connect_ex((host, port))
+            if rc == 0:
+                established += 1
+            elif rc == errno.EINPROGRESS:
+                sel.register(s, selectors.EVENT_WRITE)
+            else:
+                failed += 1
+        deadline = time.monotonic() + connect_timeout_s
+        while sel.get_map() and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                sel.unregister(key.fileobj)
+                if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    established += 1
+                else:
+                    failed += 1
+        connecting = len(sel.get_map())
+        opened_s = time.monotonic() - t0
+        time.sleep(hold_s)
+        dropped = 0
+        for s in socks:
+            try:
+                dropped += s.recv(1, socket.MSG_PEEK) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                dropped += 1
+        return {"attack": "tcp-burst", "endpoint": endpoint, "asked": count, "opened": len(socks),
+                "established": established, "failed": failed, "still_connecting": connecting,
+                "dropped_by_head": dropped, "open_s": round(opened_s, 2), "held_s": hold_s,
+                "own_soft_nofile": room + 64}
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
 
 
 def forged_summaries(ctx: zmq.Context, connect: str, count: int = 20, curve=None, episode_return: float = 475.0,
@@ -557,7 +628,7 @@ def replayed_hello(ctx: zmq.Context, connect: str, curve=None, owner_messages: i
 
 def run_attack(name: str, connect: str, count: int | None = None, curve_keys: str | None = None,
                seconds: float = 10.0, weights: str | None = None, obs_dim: int = 4,
-               ctx: zmq.Context | None = None) -> dict[str, Any]:
+               ctx: zmq.Context | None = None, distinct_topics: bool = False) -> dict[str, Any]:
     """Run one attack by its command-line name; returns its result dict."""
     own = ctx is None
     ctx = ctx or zmq.Context()
@@ -581,7 +652,9 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
         if name == "second-peer":
             return second_peer(ctx, connect, curve)
         if name == "xpub-spam":
-            return xpub_spam(ctx, weights or weights_endpoint_of(connect), seconds, curve)
+            return xpub_spam(ctx, weights or weights_endpoint_of(connect), seconds, curve, distinct=distinct_topics)
+        if name == "tcp-burst":
+            return tcp_burst(connect, count or 1500, seconds)
         if name == "forged-summary":
             return forged_summaries(ctx, connect, count or 20, curve)
         if name == "summary-flood":
@@ -604,15 +677,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attack", required=True, choices=[*ATTACKS, "all"])
     parser.add_argument("--count", type=int, help="messages per attack (defaults: chunks 1, deep-json 15, "
                                                   "hello-flood 2000, forged-summary 20, summary-flood 20000, "
-                                                  "forged-episodes 20)")
+                                                  "forged-episodes 20, tcp-burst 1500)")
     parser.add_argument("--curve-keys", help="keys dir from `make keys`: fake collectors authenticate with it")
-    parser.add_argument("--seconds", type=float, default=10.0, help="xpub-spam duration")
+    parser.add_argument("--seconds", type=float, default=10.0, help="xpub-spam duration, tcp-burst hold")
+    parser.add_argument("--distinct-topics", action="store_true", help="xpub-spam: a new topic per subscription")
     parser.add_argument("--weights", help="weights endpoint (default: control port + 1)")
     parser.add_argument("--obs-dim", type=int, default=4, help="float observation size of the head's env")
     args = parser.parse_args(argv)
     names = ATTACKS if args.attack == "all" else (args.attack,)
     for name in names:
-        result = run_attack(name, args.connect, args.count, args.curve_keys, args.seconds, args.weights, args.obs_dim)
+        result = run_attack(name, args.connect, args.count, args.curve_keys, args.seconds, args.weights, args.obs_dim,
+                            distinct_topics=args.distinct_topics)
         print(json.dumps(result, sort_keys=True), flush=True)
     return 0
 
