@@ -53,6 +53,7 @@ import selectors
 import socket
 import struct
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -472,8 +473,10 @@ def raise_open_files(want: int) -> int:
     return soft
 
 
-def tcp_burst(endpoint: str, count: int = 1500, hold_s: float = 10.0, connect_timeout_s: float = 10.0) -> dict[str, Any]:
-    """`count` TCP connections to `endpoint`, opened at once and held idle (nothing sent) for `hold_s`, then closed.
+def tcp_burst(endpoint: str, count: int = 1500, hold_s: float = 10.0, connect_timeout_s: float = 10.0,
+              stop: threading.Event | None = None) -> dict[str, Any]:
+    """`count` TCP connections to `endpoint`, opened at once and held idle (nothing sent) for `hold_s` (or until
+    `stop` is set), then closed.
     `established` counts what the kernel completed: a listener that cannot get a descriptor for accept() leaves
     connections in its backlog, so how many the head really holds is its own descriptor count. At the end,
     `dropped_by_head` counts connections the head closed meanwhile (ZeroMQ drops a peer that never greets after
@@ -506,7 +509,7 @@ def tcp_burst(endpoint: str, count: int = 1500, hold_s: float = 10.0, connect_ti
                     failed += 1
         connecting = len(sel.get_map())
         opened_s = time.monotonic() - t0
-        time.sleep(hold_s)
+        (stop or threading.Event()).wait(hold_s)
         dropped = 0
         for s in socks:
             try:

@@ -126,6 +126,11 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
+def running(pid: int) -> bool:
+    """`pid` (a child) has not exited; it is not reaped, so wait4() still gets its CPU time."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+
 def window(head: Head, seconds: float, attack: list[str] | None = None, connections: int = 0,
            during=None) -> dict[str, Any]:
     """One window: the head's rate, CPU and descriptors over `seconds`, with `attack` (bench.attack arguments)
@@ -138,7 +143,7 @@ def window(head: Head, seconds: float, attack: list[str] | None = None, connecti
                                  "--connect", head.endpoints["control"], *attack], cwd=ROOT, env=env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
-        while fds(head.pid) < base + connections and proc.poll() is None and time.monotonic() < deadline:
+        while fds(head.pid) < base + connections and running(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
     c0, t0 = cpu_s(head.pid), time.time()
     out: dict[str, Any] = {"attack": attack[1] if attack else None, "head_alive_at_start": head.proc.poll() is None}

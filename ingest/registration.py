@@ -40,6 +40,7 @@ from replay.chunk_plan import max_chunk_frames
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
+from shared.open_files import ListenerGuard
 from shared.protocol import (
     DEFAULT_MAX_ABS_REWARD,
     HEADER_SIZE,
@@ -180,6 +181,7 @@ class Registrar:
         self.allow: AllowList | None = None  # with CURVE: the client keys admitted (the Ray launcher adds its actors')
         self.auth = None
         self.control: zmq.Socket | None = None
+        self.guard: ListenerGuard | None = None  # the control endpoint's, when it is TCP
         self.ipc_dir = ""
         try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
             if t.curve_keys_dir:
@@ -188,6 +190,8 @@ class Registrar:
                 self.curve = load_server(t.curve_keys_dir)
             self.control = self._socket(zmq.ROUTER, CONTROL_MAX_MSG)
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
+            if self.control_endpoint.startswith("tcp://"):
+                self.guard = ListenerGuard(self.control, self.control.getsockopt_string(zmq.LAST_ENDPOINT))
             self.ipc_dir = owned_tempdir()  # named after this process: a later head removes it if we are killed
         except BaseException:
             self.close()
@@ -247,6 +251,11 @@ class Registrar:
                 reject("replayed_hello", f"nonce {nonce[:64]!r}")
                 self._send(identity, encode_json(WELCOME, {"refused": "this HELLO's nonce was answered already; "
                                                                       "register with a new nonce"}))
+            return None
+        if self.guard is not None and self.guard.short():  # a bind now could abort the process (EMFILE)
+            reject("too_many_collectors", "open files")
+            self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; "
+                                                                  "retry later"}))
             return None
         if open_count >= self.max_open:
             reject("too_many_collectors", "")
@@ -334,6 +343,8 @@ class Registrar:
         """Close the control socket, stop the authenticator, remove the ipc folder (idempotent)."""
         if self.control is not None:
             self.control.close(linger=0)
+        if self.guard is not None:
+            self.guard.close()
         if self.ipc_dir:
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
         if self.auth is not None:

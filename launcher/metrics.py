@@ -20,6 +20,7 @@ weight version lag, ...) and `Learner.stats()`. Each call:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -159,11 +160,18 @@ class MetricsLogger:
         if self.writer is not None:
             step_f = _num(record, "env_steps", "updates")
             step = int(step_f) if step_f is not None else None
-            for key, value in record.items():
-                if key == "time" or not isinstance(value, (int, float)):
-                    continue  # strings (ratio_state) and nulls are JSON-only; bools plot as 0/1
-                self.writer.add_scalar(f"{_GROUPS.get(key, 'stats')}/{key}", float(value), global_step=step, walltime=now)
-            self.writer.flush()
+            try:
+                for key, value in record.items():
+                    if key == "time" or not isinstance(value, (int, float)):
+                        continue  # strings (ratio_state) and nulls are JSON-only; bools plot as 0/1
+                    self.writer.add_scalar(f"{_GROUPS.get(key, 'stats')}/{key}", float(value), global_step=step,
+                                           walltime=now)
+                self.writer.flush()
+            except OSError as exc:  # its writer thread reopens the file at each write (e.g. EMFILE): a view only
+                warnings.warn(f"TensorBoard disabled: {exc}", RuntimeWarning, stacklevel=2)
+                writer, self.writer = self.writer, None
+                with contextlib.suppress(Exception):
+                    writer.close()
         line = format_main_line(record, self.epoch_updates)
         if self.print_fn is not None:
             self.print_fn(line)

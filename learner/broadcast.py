@@ -28,6 +28,7 @@ import torch
 import zmq
 
 from shared.keys import CurveServer
+from shared.open_files import ListenerGuard
 from shared.protocol import HEAD_HEARTBEAT, STOP, encode_simple, send_parts
 from shared.weights import cpu_state, encode_weights
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 SUBSCRIPTION_RCVHWM = 64
 SUBSCRIPTION_DRAIN_S = 0.005  # longest time spent reading (un)subscriptions per loop turn
 RESEND_MIN_S = 0.05  # newest weights are re-sent to new subscribers at most this often
+GUARD_EVERY_S = 0.1  # the TCP endpoints' descriptor guard runs at least this often
 # Largest frame the XPUB accepts. It only receives (un)subscriptions (1 byte + a short topic), but ZeroMQ
 # applies the same limit to handshake commands: a SUB's CURVE INITIATE is ~280 bytes, so a smaller limit
 # silently drops every CURVE subscriber (no weights, no HEAD_HEARTBEAT) while plain TCP/ipc still work.
@@ -54,8 +56,9 @@ class SubscriptionLimits:
     mode (it sends the unsubscriptions when the connection closes), at one node per byte of a topic that
     shares no prefix: ~24 bytes of memory per topic byte. Those nodes are freed only with the connection,
     so once `foreign_topic_bytes` of topics other than b"" were subscribed, the thread closes every TCP
-    connection of the weights socket (it unbinds and binds the TCP endpoints again); collectors reconnect
-    by themselves, subscribe again and are sent the newest weights. ipc and inproc peers are local ones.
+    connection of the weights socket (it unbinds the TCP endpoints and binds them again,
+    shared/open_files.py); collectors reconnect by themselves, subscribe again and are sent the newest
+    weights. ipc and inproc peers are local ones.
     """
 
     window_s: float = 0.1
@@ -146,7 +149,7 @@ class WeightPublisher:
         if curve is not None:
             curve.apply(self._sock)
         self.endpoints: list[str] = []
-        self._tcp_bound: list[str] = []  # as libzmq names them (what unbind() takes)
+        tcp_bound: list[str] = []  # as libzmq names them (what unbind() takes)
         try:  # a failed bind must not leave the socket open: the context's term() would wait on it forever
             for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
                 if ep.startswith("tcp://") and ep.endswith(":0"):
@@ -155,11 +158,14 @@ class WeightPublisher:
                 else:
                     self._sock.bind(ep)
                 if ep.startswith("tcp://"):
-                    self._tcp_bound.append(self._sock.getsockopt_string(zmq.LAST_ENDPOINT))
+                    tcp_bound.append(self._sock.getsockopt_string(zmq.LAST_ENDPOINT))
                 self.endpoints.append(ep)
         except BaseException:
             self._sock.close(linger=0)
             raise
+        # each TCP endpoint's connections are closed when the process runs short of descriptors (a burst of idle
+        # connections) or, below, when foreign topics pile up
+        self._guards = [ListenerGuard(self._sock, ep) for ep in tcp_bound]
         self._gate = SubscriptionGate(self._sock)
         self._heartbeat_s = heartbeat_s
         self._lock = threading.Lock()
@@ -237,23 +243,13 @@ class WeightPublisher:
         return resend
 
     def _reset_tcp(self) -> None:
-        """Close every TCP connection (libzmq frees a connection's topics only with it): unbind, bind again."""
+        """Close every TCP connection (libzmq frees a connection's topics only with it); the guards bind the
+        endpoints again on the next turns."""
         self._gate.reset_foreign()
         self.tcp_resets += 1
-        log.warning("weights socket: %d bytes of topics other than b\"\" subscribed; closing its TCP "
-                    "connections (collectors reconnect)", self._limits.foreign_topic_bytes)
-        for ep in self._tcp_bound:
-            self._sock.unbind(ep)
-            for attempt in range(50):  # the port was ours a moment ago; only a racing bind can take it
-                try:
-                    self._sock.bind(ep)
-                    break
-                except zmq.ZMQError as exc:
-                    if exc.errno != zmq.EADDRINUSE or attempt == 49:
-                        log.error("weights socket: cannot bind %s again (%s); remote collectors are cut off",
-                                  ep, exc)
-                        break
-                    time.sleep(0.02)
+        for guard in self._guards:
+            guard.reset(time.monotonic(), f"weights socket: {self._limits.foreign_topic_bytes} bytes of topics "
+                                          f"other than b\"\" subscribed")
 
     def _run(self) -> None:
         reading = zmq.Poller()
@@ -268,7 +264,9 @@ class WeightPublisher:
                 now = time.monotonic()
                 if now >= self._window_end:
                     self._window_end, self._budget_left = now + window_s, budget_s
-                timeout = max(0.0, next_beat - now)
+                for guard in self._guards:
+                    guard.check(now)
+                timeout = min(max(0.0, next_beat - now), GUARD_EVERY_S if self._guards else 3600.0)
                 if self._resend_due:
                     timeout = min(timeout, RESEND_MIN_S)
                 poller = reading if self._budget_left > 0 else resting
@@ -319,3 +317,5 @@ class WeightPublisher:
             return
         for sock in (self._sock, self._wake_r, self._wake_w):
             sock.close(linger=0)
+        for guard in self._guards:
+            guard.close()

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -631,3 +632,41 @@ def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
         ctx.destroy(linger=0)
     done = [line for line in head.output().splitlines() if line.startswith("[DONE]")]
     assert code == 0 and done and "'reason': 'signal'" in done[-1], head.tail()
+
+
+# ---------------------------------------------------------------------------- a TCP burst past the open-file limit
+@pytest.mark.timeout(600)
+def test_a_tcp_burst_past_the_open_file_limit_is_shed_and_collection_goes_on(tmp_path):
+    """1,500 idle TCP connections to the control port of a head whose open-file limit is 512/512. libzmq takes a
+    descriptor for each until none is left, then retries accept() in a loop, and the head's own files fail. The
+    head closes the control endpoint's connections when 32 descriptors are left (ingest/open_files.py, logged):
+    it stays alive, its 2 collectors keep collecting, a fresh HELLO is welcomed, and SIGINT ends it with 0."""
+    head = LiveHead(tmp_path, CARTPOLE, nofile=(512, 512), name="burst")
+    ctx = zmq.Context()
+    stop = threading.Event()
+    burst: dict = {}
+    attacker = threading.Thread(target=lambda: burst.update(A.tcp_burst(head.connect, 1500, hold_s=300, stop=stop)))
+    try:
+        head.wait_training()
+        assert head.soft_nofile() == 512
+        attacker.start()
+        assert wait_for(lambda: not head.alive() or "file descriptors left: closing every connection" in head.log(),
+                        120), head.tail()
+        assert head.alive(), head.tail()
+        head.assert_progress(head.settled())  # both env steps and updates grow after the reset
+        welcome = A.hello(ctx, head.connect, {"host": "fresh", "pid": 1, "slot": -1, "nonce": os.urandom(8).hex(),
+                                              "envs": 1}, timeout_s=60)
+        assert "refused" not in welcome, welcome
+        stop.set()
+        attacker.join(60)
+        assert burst["dropped_by_head"] > 0, burst  # the reset closed them
+        assert wait_for(lambda: head.fds() < 256, 60), head.fds()
+        head.assert_progress(head.settled())
+        code, _ = head.sigint()
+    except BaseException:
+        stop.set()
+        head.kill()
+        raise
+    finally:
+        ctx.destroy(linger=0)
+    assert code == 0, head.tail()
