@@ -136,6 +136,8 @@ def window(head: Head, seconds: float, attack: list[str] | None = None, connecti
     """One window: the head's rate, CPU and descriptors over `seconds`, with `attack` (bench.attack arguments)
     running under nice -n 19 meanwhile; it starts once the head holds `connections` more descriptors (the
     attacker is connected; its start-up is not measured). `during(result)` runs once, a third of the way in."""
+    if head.proc.poll() is not None:
+        return {"attack": attack[1] if attack else None, "head_alive_at_start": False, "head_exit": head.proc.returncode}
     proc = None
     if attack is not None:
         base = fds(head.pid)
