@@ -17,6 +17,9 @@ in flight may be lost, never written twice). A segment ends in one of three ways
 - head killed: kill -9 of the head; its collectors must exit by themselves, and the next head's start must
   remove the temp folders the dead head left.
 
+The first three segments are one of each kind, in that order; later ones are drawn at random, and the last is
+clean. On a machine slower than planned the soak runs past --minutes rather than skip a kind.
+
 What is checked (each segment's figures and every failed check go into the JSON report; exit 1 on any):
 
 - after a clean segment, its checkpoint's replay passes `check_valid`, and the transitions the replay
@@ -508,6 +511,8 @@ class Soak:
         if kind == "disk_full" and not self._disk_full_possible():
             kind = "clean"
         seconds = self.rng.uniform(lo, hi)
+        if index < len(KINDS):  # every kind runs once, then a clean last one, however slow the machine
+            return kind, seconds if remaining - (seconds + startup) >= lo + startup else lo, False
         if remaining - (seconds + startup) < lo + startup:  # too little left for another one: this is the last
             return "clean", max(lo, remaining - startup), True
         return kind, seconds, False

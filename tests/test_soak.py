@@ -42,3 +42,26 @@ def test_two_minutes_of_faults_lose_nothing_acknowledged(tmp_path):
     after_kill = report["segments"][kinds.index("head_killed") + 1]
     assert after_kill["checks"].get("killed_heads_temp_folders_removed") is True, after_kill["checks"]
     assert report["final"] == {"no_process_left": True, "no_temp_folder_left": True, "last_segment_clean": True}
+
+
+def test_plan_runs_every_kind_even_when_the_machine_is_slower_than_planned(tmp_path):
+    """The 2-minute plan on a machine where each segment overruns: no time is left after the first segment, yet
+    the soak still runs one segment of each kind, in order, then a clean last one."""
+    import argparse
+
+    from bench.soak import KINDS, Soak
+
+    soak = Soak(argparse.Namespace(seed=3, workdir=str(tmp_path / "w"), minutes=2.0, capacity=400_000))
+    try:
+        plans = []
+        remaining = 30.0  # already nearly out of time after the first segment's startup
+        for index in range(10):
+            kind, seconds, last = soak.plan(remaining, index)
+            plans.append(kind)
+            assert seconds > 0
+            remaining -= 60.0
+            if last:
+                break
+        assert tuple(plans[:len(KINDS)]) == KINDS and plans[len(KINDS):] == ["clean"], plans
+    finally:
+        soak.ctx.destroy(linger=0)
