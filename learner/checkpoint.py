@@ -27,7 +27,8 @@ Non-finite weights are never written and never loaded: `save_checkpoint` refuses
 optimizer state holding NaN/inf (a diverged learner must not overwrite the last good
 checkpoint), and `load_checkpoint` refuses such a file, so `--resume` cannot restart from one.
 The replay's values get the same treatment when it is restored (`ReplayBuffer.restore`: float
-frames, returns, discounts and priorities), since a matching sha256 says nothing about them.
+frames, returns, discounts and priorities, finite and within the run's value bounds), since a matching
+sha256 says nothing about them.
 """
 
 from __future__ import annotations

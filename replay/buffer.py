@@ -34,6 +34,7 @@ from replay.chunk_plan import max_chunk_frames
 from replay.sampler import SegmentReader, generator_from_state
 from replay.storage import FrameStorage, resolve_storage_device
 from replay.sum_tree import ReplayInvariantError
+from replay.value_bounds import ValueBounds, check_values
 from replay.writer import SegmentWriter
 from shared.batch import SampleBatch
 from shared.chunk import NO_ACTION, TransitionChunk
@@ -47,7 +48,7 @@ class ReplayBuffer:
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype, stack: int, n_step: int, gamma: float,
                  prioritized: bool = True, alpha: float = 0.6, priority_eps: float = 1e-6,
                  device: str | torch.device = "cpu", max_chunk_frames: int = 4096, *,
-                 seed: int | None = None, out_pool: int = 4) -> None:
+                 seed: int | None = None, out_pool: int = 4, bounds: ValueBounds = ValueBounds()) -> None:
         if int(capacity) < 2:
             raise ValueError(f"capacity={capacity}: need at least 2 frame slots")
         if int(stack) < 1 or int(n_step) < 1:
@@ -59,6 +60,7 @@ class ReplayBuffer:
         self.capacity, self.obs_shape, self.obs_dtype = int(capacity), tuple(obs_shape), np.dtype(obs_dtype)
         self.stack, self.n_step, self.gamma = int(stack), int(n_step), float(gamma)
         self.prioritized, self.alpha, self.priority_eps = bool(prioritized), float(alpha), float(priority_eps)
+        self.bounds = bounds  # what `restore` admits
         self.storage = FrameStorage(self.capacity, self.obs_shape, self.obs_dtype, device)
         self.device = self.storage.device
         self._writer = SegmentWriter(self.storage, self.stack, self.n_step, self.gamma, self.prioritized,
@@ -69,13 +71,15 @@ class ReplayBuffer:
     @classmethod
     def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device, *, seed: int | None = None) -> ReplayBuffer:
         """Build from `cfg.replay`; frames go to the learner's GPU per storage_device / gpu_memory_fraction.
-        `seed` seeds the sampler's generator (None: fresh entropy)."""
+        `seed` seeds the sampler's generator (None: fresh entropy). `restore` admits the head's value
+        bounds (cfg.env's max_abs_obs and max_abs_reward, the learner's |TD| cap)."""
         r = cfg.replay
         frame_bytes = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
         where = resolve_storage_device(r.storage_device, device, frame_bytes, r.capacity, r.gpu_memory_fraction)
         return cls(r.capacity, tuple(obs_shape), obs_dtype, stack, r.n_step, r.gamma, prioritized=r.prioritized,
                    alpha=r.alpha, priority_eps=r.priority_eps, device=where,
-                   max_chunk_frames=max_chunk_frames(r.capacity), seed=seed)
+                   max_chunk_frames=max_chunk_frames(r.capacity), seed=seed,
+                   bounds=ValueBounds.from_config(cfg.env))
 
     # ------------------------------------------------------------------ hot path
     def add_chunk(self, chunk: TransitionChunk) -> int:
@@ -169,8 +173,10 @@ class ReplayBuffer:
 
         Everything is read and checked before anything changes: the geometry, every array's shape and
         dtype, the sampler's generator state, and the values a resumed run would train on -- float frames,
-        returns and discounts finite (discounts in [0, 1]), priorities finite and >= 0. A NaN let in here
-        would be sampled, trained on and written into every later checkpoint. ValueError naming the file.
+        returns and discounts finite (discounts in [0, 1]), priorities finite and >= 0, and all of them
+        within `self.bounds` (float frames |x| <= max_abs_obs, returns within the n-step sum of
+        max_abs_reward, priorities within the |TD| cap's). A NaN or 1e30 let in here would be sampled,
+        trained on and written into every later checkpoint. ValueError naming the file and slot.
         A save without `sampler_rng` (written before it was part of the state) keeps this buffer's stream.
         """
         path = Path(directory)
@@ -190,16 +196,22 @@ class ReplayBuffer:
             raise ValueError(f"{path}/frames.npy has shape {frames.shape} {frames.dtype}; expected "
                              f"{(self.capacity, *self.obs_shape)} {self.obs_dtype}")
         block = max(1, (64 << 20) // max(1, self.storage.frame_bytes))  # bounded host memory while loading
+        bounds = self.bounds
         if np.issubdtype(self.obs_dtype, np.floating):
             for i in range(0, self.capacity, block):
-                _check_finite(path / "frames.npy", np.asarray(frames[i : i + block]), first_slot=i)
+                check_values(path / "frames.npy", np.asarray(frames[i : i + block]), first_slot=i,
+                             max_abs=bounds.max_abs_obs, why=" (env.max_abs_obs)")
         meta = {name: _load_exact(path / f"{name}.npy", arr) for name, arr in self.storage.metadata_arrays().items()}
         reader, writer = self._reader, self._writer
         seg_abs = _load_exact(path / "seg_abs.npy", reader.seg_abs)
         leaves = _load_exact(path / "leaves.npy", reader.tree.leaves())
-        _check_finite(path / "ret.npy", meta["ret"])
-        _check_finite(path / "disc.npy", meta["disc"], low=0.0, high=1.0)
-        _check_finite(path / "leaves.npy", leaves, low=0.0)
+        check_values(path / "ret.npy", meta["ret"], max_abs=bounds.max_abs_return(self.n_step, self.gamma),
+                     why=f" (max_abs_reward {bounds.max_abs_reward:g} over {self.n_step} steps at gamma {self.gamma:g})")
+        check_values(path / "disc.npy", meta["disc"], low=0.0, high=1.0)
+        check_values(path / "leaves.npy", leaves, low=0.0,
+                     max_abs=bounds.max_leaf(self.prioritized, self.alpha, self.priority_eps),
+                     why=f" ((|TD| cap + priority_eps) ** alpha {self.alpha:g})" if self.prioritized else
+                     " (uniform mode)")
         for i in range(0, self.capacity, block):
             self.storage.frames[i : i + block].copy_(torch.from_numpy(np.array(frames[i : i + block])))
         for name, arr in self.storage.metadata_arrays().items():
@@ -228,23 +240,6 @@ def _load_exact(path: Path, like: np.ndarray) -> np.ndarray:
     if arr.shape != like.shape or arr.dtype != like.dtype:
         raise ValueError(f"{path} has shape {arr.shape} {arr.dtype}; expected {like.shape} {like.dtype}")
     return arr
-
-
-def _check_finite(path: Path, arr: np.ndarray, *, low: float | None = None, high: float | None = None,
-                  first_slot: int = 0) -> None:
-    """ValueError naming `path` and the first slot holding NaN/inf or a value outside [low, high]."""
-    rows = arr.reshape(len(arr), -1)
-    bad = ~np.isfinite(rows)
-    if low is not None:
-        bad |= rows < low
-    if high is not None:
-        bad |= rows > high
-    if bad.any():
-        slot = int(np.flatnonzero(bad.any(axis=1))[0])
-        value = float(rows[slot][bad[slot]][0])
-        allowed = "finite" + ("" if low is None else f", >= {low}") + ("" if high is None else f", <= {high}")
-        raise ValueError(f"{path}: slot {first_slot + slot} holds {value!r} ({int(bad.sum())} bad values in all); "
-                         f"allowed {allowed}; refusing to restore it")
 
 
 def _fail(msg: str) -> None:

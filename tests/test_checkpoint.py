@@ -409,10 +409,11 @@ def test_the_uncorrupted_copy_loads(saved_checkpoint, tmp_path) -> None:
 VEC_OBS, VEC_STACK, VEC_ACTIONS = (4,), 2, 2  # a vector env (CartPole): float frames
 
 
-def _vector_learner(seed: int | None = 0):
+def _vector_learner(seed: int | None = 0, bounds=None):
     from replay.buffer import ReplayBuffer
+    from replay.value_bounds import ValueBounds
 
-    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed)
+    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed, bounds=bounds or ValueBounds())
     cfg = small_config(batch_size=8)
     return learner_of(cfg, EnvSpec(VEC_OBS, np.float32, VEC_ACTIONS, VEC_STACK), buf, "cpu"), buf
 
@@ -511,6 +512,74 @@ def test_replay_contents_are_checked_before_resuming(case, replay_checkpoint, tm
         learner.close()
 
 
+def _head_bounds():
+    from replay.value_bounds import ValueBounds
+    from shared.config import EnvConfig
+
+    return ValueBounds.from_config(EnvConfig())  # the head's: |obs| <= 1e6, |reward| <= 1e6, |TD| <= 1e30
+
+
+# finite values no run can produce: what the wire would have refused as obs_out_of_range / reward_out_of_range
+OUT_OF_RANGE = {
+    "frame of 1e30": (lambda c: _edit_npy(c, "replay/frames.npy", lambda a: a.__setitem__((5, 2), 1e30)),
+                      r"replay/frames\.npy: slot 5 holds 1e\+30 \(1 bad values in all\); allowed finite, "
+                      r"\|x\| <= 1e\+06 \(env\.max_abs_obs\); refusing to restore it$"),
+    "negative frame beyond the bound": (
+        lambda c: _edit_npy(c, "replay/frames.npy", lambda a: a.__setitem__((-1, 0), -2e6)),
+        r"replay/frames\.npy: slot 127 holds -2e\+06 .*allowed finite, \|x\| <= 1e\+06"),
+    # 3-step returns at gamma 0.97 of rewards within 1e6: |R| <= 1e6 x (1 + 0.97 + 0.9409)
+    "return beyond the n-step bound": (
+        lambda c: _edit_npy(c, "replay/ret.npy", lambda a: _set_live(a, -3e6)),
+        r"replay/ret\.npy: slot 1 holds -3e\+06 .*allowed finite, \|x\| <= 2\.9109e\+06 "
+        r"\(max_abs_reward 1e\+06 over 3 steps at gamma 0\.97\); refusing"),
+    # (1e30 + eps) ** 0.6: the mass of the largest |TD| the learner turns into a priority
+    "priority beyond the cap": (lambda c: _edit_npy(c, "replay/leaves.npy", lambda a: _set_live(a, 1e300)),
+                                r"replay/leaves\.npy: slot 1 holds 1e\+300 .*allowed finite, >= 0\.0, "
+                                r"\|x\| <= 1e\+18"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_RANGE))
+def test_replay_values_beyond_the_wire_bounds_are_refused(case, replay_checkpoint, tmp_path) -> None:
+    """Finite is not enough: a value the head would never have let in (a 1e30 observation, a return no
+    rewards within env.max_abs_reward sum to, a priority above the |TD| cap's) fails the restore with one
+    line naming the file, the slot, the value and the bound, and nothing of the replay is restored."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(replay_checkpoint, ckpt)
+    corrupt, match = OUT_OF_RANGE[case]
+    corrupt(ckpt)
+    learner, buf = _vector_learner(seed=1, bounds=_head_bounds())
+    try:
+        with pytest.raises(CheckpointError, match=match) as exc:
+            learner.load_checkpoint(tmp_path, replay=buf)
+        assert str(ckpt / "replay") in str(exc.value) and "\n" not in str(exc.value)
+        assert len(buf) == 0 and buf.transitions_added == 0
+    finally:
+        learner.close()
+
+
+def test_replay_values_at_the_wire_bounds_restore(replay_checkpoint, tmp_path) -> None:
+    """The control: values at the bounds (a frame of exactly env.max_abs_obs, a return and a priority of
+    the largest size the head can produce, as float32 / float64 round them) restore."""
+    bounds = _head_bounds()
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(replay_checkpoint, ckpt)
+    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((5, 2), -1e6))
+    biggest_return = np.float32(bounds.max_abs_return(3, 0.97))
+    _edit_npy(ckpt, "replay/ret.npy", lambda a: _set_live(a, biggest_return))
+    # ingest clips a collector's priorities to float32(1e30), a little above 1e30: the slack must admit it
+    biggest_leaf = (float(np.float32(1e30)) + 1e-6) ** 0.6
+    assert biggest_leaf > bounds.max_leaf(True, 0.6, 1e-6)
+    _edit_npy(ckpt, "replay/leaves.npy", lambda a: _set_live(a, biggest_leaf))
+    learner, buf = _vector_learner(seed=1, bounds=bounds)
+    try:
+        learner.load_checkpoint(tmp_path, replay=buf)
+        assert len(buf) > 0 and buf.storage.frames[5, 2].item() == -1e6
+        assert buf.storage.ret[1] == biggest_return
+    finally:
+        learner.close()
+
+
 def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(replay_checkpoint, tmp_path) -> None:
     """The control for the replay cases; and the sampler continues the saved generator, whatever seed the
     new replay was built with."""
@@ -526,10 +595,9 @@ def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(repla
         learner.close()
 
 
-def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) -> None:
-    """The CLI's view: a CartPole run's checkpoint whose replay/frames.npy got one NaN (sha256 updated to
-    match) is refused by `python -m launcher --resume`: exit 2 and one error line naming the file, where it
-    used to resume and write the NaN into every later checkpoint."""
+def _resume_with_a_frame_of(value: float, tmp_path):
+    """`python -m launcher --resume` of a CartPole run whose replay/frames.npy holds `value` at slot 17
+    (sha256 updated to match); returns the finished process and the checkpoint's path."""
     import subprocess
     import sys
 
@@ -559,16 +627,36 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
         ckpt = learner.save_checkpoint(run, replay=buf)
     finally:
         learner.close()
-    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((17, 3), np.nan))
+    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((17, 3), value))
     load_checkpoint(run, verify_replay=True)  # every sha256 matches: only the values are wrong
     proc = subprocess.run([sys.executable, "-m", "launcher", *flags, "--run-dir", str(tmp_path / "run2"),
                            "--resume", str(run)], cwd=ROOT, env=head_env(), capture_output=True, text=True,
                           timeout=300)
+    return proc, ckpt
+
+
+def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) -> None:
+    """The CLI's view: a CartPole run's checkpoint whose replay/frames.npy got one NaN (sha256 updated to
+    match) is refused by `python -m launcher --resume`: exit 2 and one error line naming the file, where it
+    used to resume and write the NaN into every later checkpoint."""
+    proc, ckpt = _resume_with_a_frame_of(np.nan, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
     assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
+
+
+def test_resuming_from_frames_holding_1e30_exits_2_naming_the_bound(tmp_path) -> None:
+    """The same for a finite value the wire refuses (obs_out_of_range against env.max_abs_obs): a CartPole
+    checkpoint whose frames.npy holds 1e30 used to resume, and training collapsed on it."""
+    proc, ckpt = _resume_with_a_frame_of(1e30, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds 1e+30" in errors[0], errors[0]
+    assert "allowed finite, |x| <= 1e+06 (env.max_abs_obs); refusing to restore it" in errors[0], errors[0]
 
 
 @pytest.mark.slow
