@@ -371,7 +371,11 @@ class Head:
         else:
             self.ctx.term()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
-        (self.run_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        try:  # a run dir gone read-only (a disk error) must not turn the exit status into a traceback's
+            (self.run_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not remove %s (%s); it names endpoints this head no longer serves",
+                        self.run_dir / ENDPOINTS_FILE, " ".join(f"{type(exc).__name__}: {exc}".split()))
 
 
 def run_training(

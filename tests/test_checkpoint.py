@@ -689,6 +689,54 @@ def test_a_run_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path) -> Non
     assert not (run / "checkpoint").exists() and not list(run.glob(".checkpoint.tmp-*"))
 
 
+def test_a_run_dir_that_refuses_the_head_s_cleanup_still_exits_3(tmp_path) -> None:
+    """A run dir gone read-only (a disk error; `chattr +i` in the field) fails the final checkpoint and then
+    the removal of endpoints.json. The head logs the one ERROR for the checkpoint and one WARNING for the
+    file, and `python -m launcher` exits 3 -- where close() raised and the process exited 1 with a
+    traceback. Simulated as root can be: RLIMIT_FSIZE refuses model.pt, and endpoints.json, swapped for
+    a non-empty directory once the head wrote it, cannot be unlinked."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.cluster_helpers import ROOT, head_env
+
+    limit = 128 << 10  # head.log, metrics and config fit; the network's weights do not
+
+    def small_files_only() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes raise
+
+    run = tmp_path / "run"
+    endpoints = run / "endpoints.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher", "--profile", "cpu", "--env", "CartPole-v1", "--collectors", "0",
+         "--port", "0", "--run-dir", str(run)],
+        cwd=ROOT, env=head_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=small_files_only)
+    try:
+        deadline = time.monotonic() + 240  # only a head that never starts gets here
+        while not endpoints.exists():  # written (atomically) once the head's sockets are bound
+            assert proc.poll() is None and time.monotonic() < deadline, "the head did not start"
+            time.sleep(0.05)
+        endpoints.unlink()
+        endpoints.mkdir()
+        (endpoints / "held").write_text("")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 3, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "final checkpoint failed" in errors[0], stderr[-3000:]
+    warnings = [line for line in stderr.splitlines() if " WARNING " in line and "endpoints.json" in line]
+    assert len(warnings) == 1 and "could not remove" in warnings[0], stderr[-3000:]
+
+
 # ---------------------------------------------------------------------- the encoder in the geometry
 SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
 
