@@ -116,7 +116,10 @@ def gpu_server_profile() -> Config:
             warmup_transitions=50_000,  # ~35 s of 14 collectors
             # each transition replayed 32 times: ~90 updates/s of 512 at 1,430 env steps/s, half of what the
             # learner can do with CUDA graphs. The 7-minute H100 run did 0.045 updates per env step and learned
-            # ~4x slower per env step than the CPU run's 0.25 (BENCHMARKS.md): updates per env step matter
+            # ~4x slower per env step than the CPU run's 0.25 (BENCHMARKS.md): updates per env step matter.
+            # On the CPU at batch 32, 0.06 updates per env step reached 1,029 mean x_pos by 200k env steps against
+            # 1,567 at 0.25 (one seed, BENCHMARKS.md "Per env step"); batch and stream count at a fixed replay
+            # ratio are being measured the same way, and these values stay as set until they are
             samples_per_insert=32.0,
             weight_broadcast_every=200,  # ~2 s at ~90 updates/s
         ),
