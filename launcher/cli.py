@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import json
 import math
 import os
 import socket
@@ -132,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
     resume = Path(args.resume) if args.resume else None
     if resume is not None and not resume.is_dir():
         raise ConfigError(f"--resume {resume}: no such run directory")
+    if resume is not None:
+        check_resumed_env(resume, cfg.env.env_id)
     run_dir = Path(args.run_dir or cfg.logging.run_dir or (resume or Path("runs") / time.strftime("%Y%m%d-%H%M%S")))
     cfg = replace(cfg, logging=replace(cfg.logging, run_dir=str(run_dir)))
     cfg.check_valid()
@@ -150,6 +153,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         ray_address=args.ray_address or "",
         env_spec=spec,
     )
+
+
+def check_resumed_env(resume: Path, env_id: str) -> None:
+    """ConfigError when the run being resumed trained on another env than this command would (the settings of a
+    resumed run come from the command line, not from the run's config.json): names the --env to add. A run
+    without a readable config.json is left to the checkpoint's own checks."""
+    try:
+        trained = json.loads((resume / "config.json").read_text())["env"]["env_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if isinstance(trained, str) and trained != env_id:
+        raise ConfigError(f"--resume {resume}: the run trained on {trained}, this command on {env_id}: add "
+                          f"--env {trained} (and the run's other --set options; a resume takes its settings from "
+                          "the command line)")
 
 
 def check_launcher(args: argparse.Namespace) -> None:

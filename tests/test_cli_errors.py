@@ -54,7 +54,9 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "nockpt").mkdir()
     (tmp_path / "badckpt" / "checkpoint").mkdir(parents=True)
     (tmp_path / "badckpt" / "checkpoint" / "meta.json").write_text("{")
-    names = ("afile", "emptykeys", "goodkeys", "noauth", "nosecret", "badsecret", "nockpt", "badckpt")
+    (tmp_path / "cartrun").mkdir()  # a CartPole run's config.json: resumed by a command without --env
+    (tmp_path / "cartrun" / "config.json").write_text('{"env": {"env_id": "CartPole-v1"}}')
+    names = ("afile", "emptykeys", "goodkeys", "noauth", "nosecret", "badsecret", "nockpt", "badckpt", "cartrun")
     return {name: str(tmp_path / name) for name in names} | {"tmp": str(tmp_path)}
 
 
@@ -120,6 +122,8 @@ CASES = [
     ("device-cuda", ["--set", "learner.device=cuda"], ["learner.device='cuda'", "no CUDA device"]),
     ("resume-no-checkpoint", ["--resume", "{nockpt}"], ["--resume", "{nockpt}", "no checkpoint found"]),
     ("resume-missing", ["--resume", "{tmp}/nothere"], ["--resume", "{tmp}/nothere", "no such run directory"]),
+    ("resume-other-env", ["--resume", "{cartrun}"],
+     ["--resume", "{cartrun}", "trained on CartPole-v1", "SuperMarioBros-1-1-v0", "add --env CartPole-v1"]),
 ]
 # the real child processes: one per kind of check (flags, config, env, memory, keys, run dir, port, device)
 SUBPROCESS = ("env-unknown", "env-continuous", "ale-unknown", "set-mario-version", "max-seconds-nan", "max-seconds-text",
