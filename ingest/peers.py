@@ -159,15 +159,16 @@ class CollectorState:
         sizes = np.abs(rewards)
         ended = np.flatnonzero(np.asarray(chunk.flags)[starts] & FLAG_END)
         if ended.size:
-            ended = ended[-ENDS_KEPT_PER_STREAM:]
             totals, magnitudes = np.cumsum(rewards)[ended], np.cumsum(sizes)[ended]
             steps.ends.extend((steps.steps + i + 1, steps.reward + r, steps.magnitude + m)
                               for i, r, m in zip(ended.tolist(), totals.tolist(), magnitudes.tolist(), strict=True))
-            del steps.ends[:-ENDS_KEPT_PER_STREAM]
         steps.steps += len(starts)
         steps.reward += float(rewards.sum())
         steps.magnitude += float(sizes.sum())
-        return self._settle(steps) if steps.waiting else NOTHING
+        verdict = self._settle(steps) if steps.waiting else NOTHING
+        # the waiting summaries saw every end of this chunk (at most one chunk's worth); then a bounded window
+        del steps.ends[:-ENDS_KEPT_PER_STREAM]
+        return verdict
 
     def summary(self, s: EpisodeSummary) -> Verdict:
         """A summary arrived: it counts at once if its episode's end was inserted, waits for it (bounded), or
@@ -193,17 +194,20 @@ class CollectorState:
         while steps.waiting:
             s = steps.waiting[0]
             target = steps.claimed[0] + s.length
-            end = next((e for e in steps.ends if e[0] >= target), None)
-            if end is None:
+            if not steps.ends or steps.ends[-1][0] < target:
                 break  # its episode's end is not inserted yet
             del steps.waiting[0]
             self.pending_summaries -= 1
-            if end[0] != target:  # ends only grow: no end can be `length` steps after the last counted one
-                rejected.append(("episode_mismatch", f"stream {s.stream}: no episode ends {s.length} steps after "
-                                                     f"the previous one"))
+            start = steps.claimed
+            end = next((e for e in steps.ends if e[0] == target), None)
+            if end is None:  # summaries of the episodes since the last counted one were lost or refused: resync
+                start, end = _episode_of_length(steps.ends, s.length)
+            if end is None:
+                rejected.append(("episode_mismatch", f"stream {s.stream}: no episode of {s.length} steps ends "
+                                                     f"among the unclaimed ones"))
                 continue
             del steps.ends[:steps.ends.index(end) + 1]  # with the ends inside it: lives of one game (Atari)
-            reward, magnitude = end[1] - steps.claimed[1], end[2] - steps.claimed[2]
+            reward, magnitude = end[1] - start[1], end[2] - start[2]
             steps.claimed = end
             rules = self.rules
             expected = reward / rules.reward_scale
@@ -214,6 +218,18 @@ class CollectorState:
                 continue
             counted.append(s)
         return Verdict(tuple(counted), tuple(rejected)) if counted or rejected else NOTHING
+
+
+def _episode_of_length(ends: list[tuple[int, float, float]], length: int) -> tuple[Any, Any]:
+    """The earliest pair (start, end) of unclaimed ends with `end` exactly `length` steps after `start`:
+    the episode a summary describes when the summaries of episodes before it never counted. (None, None)
+    when there is none. At most ENDS_KEPT_PER_STREAM + one chunk's ends, so the quadratic search is cheap."""
+    steps_at = {e[0]: e for e in ends}
+    for end in ends:
+        start = steps_at.get(end[0] - length)
+        if start is not None:
+            return start, end
+    return None, None
 
 
 def fair_next(states: list[CollectorState]) -> CollectorState | None:

@@ -164,8 +164,9 @@ def test_streams_past_the_limit_carry_data_but_no_bookkeeping() -> None:
 
 
 def test_a_chunk_of_many_short_episodes_keeps_a_bounded_window_of_ends() -> None:
-    """2,048 one-step episodes in one chunk: the stream keeps only its newest ends, so a summary for an
-    episode whose end fell out of the window no longer matches."""
+    """2,048 one-step episodes in one chunk and no summary waiting: the stream keeps only its newest ends. The
+    summaries that come later count against the kept episodes of their length and return, each end once: 15
+    episodes lie between the 16 kept ends, the next summary waits for an end to come."""
     from ingest.peers import ENDS_KEPT_PER_STREAM
 
     n = 2048
@@ -177,5 +178,45 @@ def test_a_chunk_of_many_short_episodes_keeps_a_bounded_window_of_ends() -> None
     s = state()
     s.delivered(chunk, inserted(chunk))
     assert inserted(chunk) == n and len(s.streams[0].ends) == ENDS_KEPT_PER_STREAM
-    v = s.summary(EpisodeSummary(0, 1, 1.0))
-    assert v.counted == () and [r for r, _ in v.rejected] == ["episode_mismatch"]
+    verdicts = [s.summary(EpisodeSummary(0, 1, 1.0)) for _ in range(ENDS_KEPT_PER_STREAM)]
+    assert len(counted(verdicts)) == ENDS_KEPT_PER_STREAM - 1 and not reasons(verdicts)
+    assert s.pending_summaries == 1 and s.streams[0].ends == []
+
+
+def _one_step_episodes(n: int, stream: int = 0) -> TransitionChunk:
+    """`n` one-step episodes of reward 0.1 (scaled) in one chunk (stack 1): n transitions, n episode ends."""
+    frames = np.zeros((2 * n, 4), np.float32)
+    actions = np.tile(np.array([0, NO_ACTION], np.int32), n)
+    rewards = np.tile(np.array([0.1, 0.0], np.float32), n)
+    flags = np.tile(np.array([FLAG_FIRST | FLAG_TERMINATED, 0], np.uint8), n)
+    return TransitionChunk(stream, 0, frames, actions, rewards, flags, np.ones(2 * n, np.float32))
+
+
+def test_waiting_summaries_see_every_end_of_a_chunk_with_more_ends_than_the_window() -> None:
+    """20 one-step episodes in one chunk whose 20 summaries already wait (the reference collector sends a
+    summary before the chunk that ends its episode): all 20 count, though the stream keeps 16 ends."""
+    from ingest.peers import ENDS_KEPT_PER_STREAM
+
+    s = state()
+    chunk = _one_step_episodes(20)
+    waiting = [s.summary(EpisodeSummary(0, 1, 1.0)) for _ in range(20)]
+    assert counted(waiting) == [] and not reasons(waiting) and ENDS_KEPT_PER_STREAM < 20
+    v = s.delivered(chunk, inserted(chunk, n_step=1))
+    assert len(v.counted) == 20 and not v.rejected and s.pending_summaries == 0
+
+
+def test_a_refused_summary_does_not_stop_the_next_honest_ones_from_counting() -> None:
+    """A summary that matches no episode (wrong length) is rejected; the stream's later honest summaries
+    still count, and so does an honest one after a lost one."""
+    s = state()
+    for n, steps in enumerate((5, 7, 9)):
+        chunk = valid_chunk(steps=steps, stream=0, seed=n)
+        s.delivered(chunk, inserted(chunk))
+    bad = s.summary(EpisodeSummary(0, 4, 4.0))  # no episode of 4 steps
+    assert [r for r, _ in bad.rejected] == ["episode_mismatch"]
+    # the 5-step episode's summary is lost; the 7- and 9-step ones count
+    verdicts = [s.summary(EpisodeSummary(0, 7, 7.0)), s.summary(EpisodeSummary(0, 9, 9.0))]
+    assert [e.length for e in counted(verdicts)] == [7, 9] and not reasons(verdicts)
+    # a forged summary still needs an unclaimed episode of its length and return: none is left
+    forged = s.summary(EpisodeSummary(0, 5, 5.0))
+    assert forged.counted == ()
