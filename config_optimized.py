@@ -118,8 +118,9 @@ def gpu_server_profile() -> Config:
             # learner can do with CUDA graphs. The 7-minute H100 run did 0.045 updates per env step and learned
             # ~4x slower per env step than the CPU run's 0.25 (BENCHMARKS.md): updates per env step matter.
             # On the CPU at batch 32, 0.06 updates per env step reached 1,029 mean x_pos by 200k env steps against
-            # 1,567 at 0.25 (one seed, BENCHMARKS.md "Per env step"); batch and stream count at a fixed replay
-            # ratio are being measured the same way, and these values stay as set until they are
+            # 1,567 at 0.25 (one seed, BENCHMARKS.md "Per env step"), and batch 128 at the same 0.06 updates per env
+            # step did not win it back (910): updates per env step, not samples, look like the lever. Stream count
+            # and second seeds are being measured the same way; these values stay as set until they are
             samples_per_insert=32.0,
             weight_broadcast_every=200,  # ~2 s at ~90 updates/s
         ),
