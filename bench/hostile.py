@@ -31,9 +31,10 @@ from typing import Any
 import zmq
 
 from bench import attack as A
+from bench.cpu_time import process_cpu_s
+from bench.procs import rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
 HEAD_ARGS = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
              "--set", "collectors.envs_per_collector=4"]
 
@@ -46,12 +47,7 @@ def env() -> dict[str, str]:
 
 def cpu_s(pid: int) -> float:
     """utime + stime of `pid` (0.0 once it is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = text.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return process_cpu_s(pid) or 0.0
 
 
 def fds(pid: int) -> int:
@@ -117,13 +113,6 @@ def steps_per_s(rows: list[dict[str, Any]], t0: float, t1: float) -> float | Non
     if len(inside) < 2 or inside[-1]["time"] <= inside[0]["time"]:
         return None
     return (inside[-1]["env_steps"] - inside[0]["env_steps"]) / (inside[-1]["time"] - inside[0]["time"])
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, IndexError):
-        return 0.0
 
 
 def running(pid: int) -> bool:

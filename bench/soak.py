@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import random
-import re
 import resource
 import shutil
 import signal
@@ -62,6 +61,7 @@ import numpy as np
 import zmq
 
 from bench import attack as A
+from bench.procs import children_of, rss_mb
 from shared import tempdirs
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
 from shared.protocol import CREDIT, decode_header
@@ -92,33 +92,6 @@ def heads_tmpdir(work: Path) -> Path:
             path.mkdir(parents=True, exist_ok=True)
             return path
     raise SystemExit("error: no temp dir short enough for the heads' unix socket paths (set TMPDIR=/tmp)")
-
-
-def children_of(pid: int) -> list[int]:
-    """Live processes started with --parent-pid PID (the head's collectors)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and b"--parent-pid" in cmdline:
-            i = cmdline.index(b"--parent-pid")
-            if i + 1 < len(cmdline) and cmdline[i + 1] == str(pid).encode():
-                found.append(int(entry.name))
-    return found
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    m = re.search(r"VmRSS:\s+(\d+)", text)
-    return int(m.group(1)) / 1024 if m else 0.0
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:

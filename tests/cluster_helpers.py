@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.procs import children_of  # noqa: F401 - the tests import it from here
+from evaluate import plots as evaluate_plots
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -31,26 +34,6 @@ def start_head(args: list[str], log_path: Path) -> subprocess.Popen:
         log.close()
 
 
-def children_of(pid: int) -> list[int]:
-    """Live processes whose command line says they belong to head `pid` (--parent-pid PID)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if ") Z" in stat:  # zombie: already dead, waiting to be reaped
-            continue
-        if b"--parent-pid" in cmdline:
-            i = cmdline.index(b"--parent-pid")
-            if i + 1 < len(cmdline) and cmdline[i + 1] == str(pid).encode():
-                found.append(int(entry.name))
-    return found
-
-
 def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,15 +53,9 @@ def wait_endpoints(run_dir: Path, proc: subprocess.Popen, timeout: float = 180.0
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl so far ([] before the first; a live run's half-written line skipped)."""
     path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            rows.append(json.loads(line))
-    return rows
+    return evaluate_plots.read_metrics(path) if path.exists() else []
 
 
 def stop_head(proc: subprocess.Popen, timeout: float = 60.0) -> int:
