@@ -21,16 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evaluate.plots import read_metrics
+
 DEFAULT_MILESTONES = (50_000, 100_000, 150_000, 200_000)
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            rows.append(json.loads(line))
-    return rows
 
 
 WINDOW = 25_000  # env steps a milestone's value averages over: one 20-episode window swings by hundreds of x_pos
@@ -51,7 +44,7 @@ def summarize_run(run_dir: Path, label: str, milestones: tuple[int, ...] = DEFAU
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ValueError(f"{metrics}: not found")
-    rows = _rows(metrics)
+    rows = read_metrics(metrics)
     if not rows:
         raise ValueError(f"{metrics}: no rows")
     last = rows[-1]
@@ -67,7 +60,7 @@ def summarize_run(run_dir: Path, label: str, milestones: tuple[int, ...] = DEFAU
         "greedy_x20_end": last.get("mean_x_pos_20_greedy"),
     }
     evals_path = run_dir / "evals.jsonl"
-    evals = _rows(evals_path) if evals_path.is_file() else []
+    evals = read_metrics(evals_path) if evals_path.is_file() else []
     row["periodic_evals"] = [{"env_steps": e.get("env_steps"), "mean_x_pos": e.get("mean_x_pos"),
                               "flag_rate": e.get("flag_rate")} for e in evals]
     final = run_dir / "final_eval" / "eval.json"

@@ -91,12 +91,28 @@ def _evals(metrics_path: Path, rows: list[dict[str, Any]]) -> list[dict[str, flo
     return out
 
 
-def _axes(title: str):
+def pyplot():
+    """matplotlib.pyplot on the headless Agg backend (imported only when a figure is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(plt, fig, out_png: str | Path) -> Path:
+    """Lay `fig` out, write it to `out_png` (creating its folder) at 100 dpi, and close it."""
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _axes(title: str):
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 6.5), sharex="col")
     for row, (_, label, _) in enumerate(PANELS):
         axes[row][0].set_ylabel(label)
@@ -111,12 +127,7 @@ def _finish(plt, fig, axes, out_png: str | Path) -> Path:
         ax.grid(True, alpha=0.3)
     # every panel draws the same series: one legend, where rising curves leave room (top left)
     axes[0][0].legend(loc="upper left", fontsize=7)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out_png)
 
 
 def _baseline_line(ax, random_baseline: Mapping[str, Any] | None, base_key: str) -> None:

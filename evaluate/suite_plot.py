@@ -11,15 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evaluate.plots import pyplot, save_figure
+
 PANELS = (("flag_rate", "flag rate"), ("mean_x_pos", "mean x_pos"))
 
 
 def plot_suite(report: Mapping[str, Any], out_png: str | Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     levels = report["levels"]
     n = len(report["checkpoints"])
     s = report["settings"]
@@ -62,9 +60,4 @@ def plot_suite(report: Mapping[str, Any], out_png: str | Path) -> Path:
                  f"{','.join(map(str, s['eval_seeds']))}), epsilon {s['epsilon']}"
                  + (f", max {s['max_steps']} steps" if s.get("max_steps") else "")
                  + (" -- one checkpoint: CI = point" if n == 1 else ""), fontsize=10)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out_png)
