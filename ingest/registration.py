@@ -42,7 +42,6 @@ from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
 from shared.open_files import ListenerGuard
 from shared.protocol import (
-    DEFAULT_MAX_ABS_REWARD,
     HEADER_SIZE,
     HELLO,
     WELCOME,
@@ -173,7 +172,7 @@ class Registrar:
         env = dict(self.welcome_config.get("env", {}))
         self.episode_rules = EpisodeRules(
             float(env.get("reward_scale", 1.0)), verify_returns=not env.get("clip_rewards", False),
-            max_priority=max_priority(float(env.get("max_abs_reward", DEFAULT_MAX_ABS_REWARD)), replay.gamma))
+            max_priority=max_priority(spec.max_abs_reward, replay.gamma))
         self._next_id = 1
         self._extra_slots = 0  # slots handed to collectors beyond num_collectors (remote ones)
         self._log_budget = LogBudget()  # a HELLO flood must not flood the log

@@ -36,8 +36,10 @@ from replay.storage import FrameStorage, resolve_storage_device
 from replay.sum_tree import ReplayInvariantError
 from replay.value_bounds import ValueBounds, check_values
 from replay.writer import SegmentWriter
+from shared import env_bounds
 from shared.batch import SampleBatch
 from shared.chunk import NO_ACTION, TransitionChunk
+from shared.env_spec import EnvSpec
 
 __all__ = ["ReplayBuffer", "ReplayInvariantError"]
 
@@ -69,17 +71,23 @@ class ReplayBuffer:
                                      self.priority_eps, seed=seed, out_pool=out_pool)
 
     @classmethod
-    def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device, *, seed: int | None = None) -> ReplayBuffer:
+    def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device, *, seed: int | None = None,
+                    spec: EnvSpec | None = None) -> ReplayBuffer:
         """Build from `cfg.replay`; frames go to the learner's GPU per storage_device / gpu_memory_fraction.
         `seed` seeds the sampler's generator (None: fresh entropy). `restore` admits the head's value
-        bounds (cfg.env's max_abs_obs and max_abs_reward, the learner's |TD| cap)."""
+        bounds: those of `spec` (the run's EnvSpec; None: cfg.env's, derived without the env's declared
+        observation space) and the learner's |TD| cap."""
+        if spec is not None:
+            bounds = ValueBounds.of_head(spec.max_abs_obs, spec.max_abs_reward)
+        else:
+            bounds = ValueBounds.of_head(env_bounds.max_abs_obs(cfg.env), env_bounds.max_abs_reward(cfg.env))
         r = cfg.replay
         frame_bytes = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
         where = resolve_storage_device(r.storage_device, device, frame_bytes, r.capacity, r.gpu_memory_fraction)
         return cls(r.capacity, tuple(obs_shape), obs_dtype, stack, r.n_step, r.gamma, prioritized=r.prioritized,
                    alpha=r.alpha, priority_eps=r.priority_eps, device=where,
                    max_chunk_frames=max_chunk_frames(r.capacity), seed=seed,
-                   bounds=ValueBounds.from_config(cfg.env))
+                   bounds=bounds)
 
     # ------------------------------------------------------------------ hot path
     def add_chunk(self, chunk: TransitionChunk) -> int:

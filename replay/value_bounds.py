@@ -28,17 +28,17 @@ class ValueBounds:
     """The largest |value| a restore admits; None: finite is enough.
 
     The default is what a bare ReplayBuffer's add_chunk admits (rewards up to MAX_ABS_REWARD, any finite
-    observation or priority); `ReplayBuffer.from_config` uses the head's bounds (`from_config`)."""
+    observation or priority); `ReplayBuffer.from_config` uses the head's bounds (`of_head`)."""
 
     max_abs_obs: float | None = None  # float frames only; integer frames cannot hold a huge value
     max_abs_reward: float = MAX_ABS_REWARD  # per step, as stored (after env.reward_scale)
     max_priority_td: float | None = None  # the largest |TD| that becomes a priority
 
     @classmethod
-    def from_config(cls, env) -> ValueBounds:
-        """The head's bounds, from `cfg.env`: the wire's obs_out_of_range / reward_out_of_range limits,
-        and the learner's |TD| cap (ingest clips collectors' priorities below it)."""
-        return cls(max_abs_obs=float(env.max_abs_obs), max_abs_reward=float(env.max_abs_reward),
+    def of_head(cls, max_abs_obs: float, max_abs_reward: float) -> ValueBounds:
+        """The head's bounds: the wire's obs_out_of_range / reward_out_of_range limits (the run's EnvSpec,
+        shared/env_bounds.py) and the learner's |TD| cap (ingest clips collectors' priorities below it)."""
+        return cls(max_abs_obs=float(max_abs_obs), max_abs_reward=float(max_abs_reward),
                    max_priority_td=MAX_PRIORITY_TD)
 
     def max_abs_return(self, n_step: int, gamma: float) -> float:

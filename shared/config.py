@@ -58,10 +58,12 @@ class EnvConfig:
     # +1 per step at gamma 0.99) take far longer to reach than ~1: scale them down for such envs.
     reward_scale: float = 1.0
     # Largest |reward| (after reward_scale) the head accepts; a chunk with a bigger one is rejected
-    # (reward_out_of_range). Keeps n-step returns, TD errors and priorities finite (|R_n| <= 64x this):
-    # higher admits envs with huge rewards, lower catches a broken collector sooner.
-    max_abs_reward: float = 1e6
-    max_abs_obs: float = 1e6  # largest |value| of a float observation the head accepts (integer frames unchecked)
+    # (reward_out_of_range). 0: the env's own bound (shared/env_bounds.py: Mario's reward terms, 1 for
+    # CartPole or clipped rewards, 1e6 for an env nothing is known of); a positive value replaces it.
+    max_abs_reward: float = 0.0
+    # Largest |value| of a float observation the head accepts (integer frames unchecked). 0: the env's own
+    # bound (CartPole's physics, twice a declared finite Box bound, else 1e6); a positive value replaces it.
+    max_abs_obs: float = 0.0
     # Life loss is terminal for learning: denser signal, shorter bootstrap chains. Mario ends the episode there;
     # Atari flags the transition terminal and plays on, so reported episodes are whole games
     life_loss_terminal: bool = True

@@ -164,8 +164,8 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _choice("env.action_set", e.action_set, ACTION_SETS)
     _int_range("env.frame_skip", e.frame_skip, 1, 16)
     _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
-    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30, lo_open=True)  # 64 x 1e30 << float32 max
-    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30, lo_open=True)
+    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30)  # 0: the env's own; 64 x 1e30 << float32 max
+    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30)
     _int_range("env.frame_size", e.frame_size, 16, 256)
     _int_range("env.frame_stack", e.frame_stack, 1, 16)
     _int_range("env.max_episode_steps", e.max_episode_steps, 1)

@@ -25,6 +25,7 @@ import difflib
 import re
 
 import gymnasium as gym
+import numpy as np
 
 from shared.atari_env import EPISODE_CONTINUES  # no emulator: ale-py is imported when an Atari env is built
 from shared.config import ConfigError, EnvConfig, is_atari, is_mario
@@ -193,8 +194,11 @@ def _read_spec(env_config: EnvConfig, env: gym.Env) -> EnvSpec:
         source = f"image observation {env.source_shape} uint8 -> gray {e.frame_size}x{e.frame_size}"
     else:
         source = "observation as the env gives it"
+    declared = None  # integer frames are not bounds-checked: only float spaces' bounds matter
+    if np.issubdtype(obs_space.dtype, np.floating):
+        declared = [float(np.max(np.abs(np.asarray(b, dtype=np.float64)))) for b in (obs_space.low, obs_space.high)]
     return EnvSpec.of_config(e, obs_space.shape, obs_space.dtype, int(act_space.n), frame_skip=frame_skip,
-                             preprocessing=source, action_names=names)
+                             preprocessing=source, action_names=names, declared_obs_bounds=declared)
 
 
 def describe_env(env_config: EnvConfig) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from shared import env_bounds
 from shared.config import EnvConfig
 from shared.mario_actions import num_actions as mario_num_actions
 
@@ -41,8 +42,10 @@ class EnvSpec:
     stack: int  # observations per network input: env.frame_stack for frames, 1 for anything else
     frame_skip: int = 1  # emulator frames per agent step (Mario and Atari apply env.frame_skip; other envs none)
     reward_scale: float = EnvConfig.reward_scale  # collectors send reward x this; episode returns stay unscaled
-    max_abs_reward: float = EnvConfig.max_abs_reward  # largest |scaled reward| the head accepts
-    max_abs_obs: float = EnvConfig.max_abs_obs  # largest |value| of a float observation the head accepts
+    # what the head accepts (shared/env_bounds.py derives them in `of_config`): largest |scaled reward| and largest
+    # |value| of a float observation
+    max_abs_reward: float = env_bounds.UNKNOWN_BOUND
+    max_abs_obs: float = env_bounds.UNKNOWN_BOUND
     # what the env became (preprocessing, image or vector path, actions), for the head's first log line
     description: str = field(default="", compare=False, repr=False)
 
@@ -80,13 +83,15 @@ class EnvSpec:
 
     @classmethod
     def of_config(cls, env_config: EnvConfig, obs_shape: Sequence[int], obs_dtype: Any, num_actions: int, *,
-                  frame_skip: int = 1, preprocessing: str = "", action_names: Sequence[str] = ()) -> EnvSpec:
-        """The spec of an env `env_config` builds, whose observations and actions are as given: the stack and
-        the reward handling come from the config; `preprocessing` and `action_names` only feed `description`."""
+                  frame_skip: int = 1, preprocessing: str = "", action_names: Sequence[str] = (),
+                  declared_obs_bounds: Sequence[float] | None = None) -> EnvSpec:
+        """The spec of an env `env_config` builds, whose observations and actions are as given: the stack, the
+        reward handling and the value bounds come from the config and the env (`declared_obs_bounds`: its Box's
+        low and high values, see shared/env_bounds.py); `preprocessing` and `action_names` only feed `description`."""
         shape = tuple(int(d) for d in obs_shape)
         stack = env_config.frame_stack if is_image_obs(shape) else 1
         spec = cls(shape, np.dtype(obs_dtype), int(num_actions), stack, frame_skip=frame_skip,
-                   reward_scale=env_config.reward_scale, max_abs_reward=env_config.max_abs_reward,
-                   max_abs_obs=env_config.max_abs_obs)
+                   reward_scale=env_config.reward_scale, max_abs_reward=env_bounds.max_abs_reward(env_config),
+                   max_abs_obs=env_bounds.max_abs_obs(env_config, declared_obs_bounds))
         names = f" ({' '.join(action_names)})" if action_names else ""
         return replace(spec, description=f"{preprocessing}; {spec.path()}, {spec.num_actions} actions{names}")

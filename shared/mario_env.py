@@ -43,9 +43,7 @@ from gymnasium import spaces
 
 from shared.mario_actions import action_buttons
 from shared.mario_emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH, MarioEmulator
-
-DEATH_PENALTY = -25.0
-FLAG_BONUS = 50.0
+from shared.mario_reward import DEATH_PENALTY, FLAG_BONUS, max_dx
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -80,7 +78,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
         self._max_steps = _positive_int("max_episode_steps", max_episode_steps)
         self._clip = bool(clip_rewards)
         self._stop_on_life_loss = bool(life_loss_terminal)
-        self._max_dx = 5 * self._frame_skip
+        self._max_dx = max_dx(self._frame_skip)
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 / self._frame_skip}
         self.action_space = spaces.Discrete(len(self._buttons))

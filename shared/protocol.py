@@ -64,8 +64,8 @@ MAX_JSON_BYTES = 1 * 2**20
 MAX_JSON_DEPTH = 32  # nested objects/arrays in a JSON frame; HELLO needs 1, deeper is an attack or a bug
 # Value bounds. n-step returns are summed in float64 and stored as float32 (shared/chunk.py): with
 # |r| <= 1e6, gamma <= 1 and n <= 64 (config limits) a return stays below 6.4e7, far from float32's
-# 3.4e38, and so do the TD errors and priorities computed from it. ObsSpec carries the bounds so the
-# head can take them from config (env.max_abs_reward, env.max_abs_obs); these are the defaults.
+# 3.4e38, and so do the TD errors and priorities computed from it. ObsSpec carries the head's bounds
+# (the run's EnvSpec: the env's own, shared/env_bounds.py, or env.max_abs_*); these are a bare ObsSpec's.
 DEFAULT_MAX_ABS_REWARD = 1e6  # per-step reward as sent (already multiplied by env.reward_scale)
 DEFAULT_MAX_ABS_OBS = 1e6  # float observations only; integer frames (uint8 Mario) cannot overflow
 MAX_ABS_EPISODE_RETURN = 1e15  # EPISODE_SUMMARY return (float64, unscaled; only averaged for logs)

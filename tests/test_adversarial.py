@@ -29,8 +29,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import zmq
@@ -313,6 +315,29 @@ def test_poisoned_chunks_are_rejected_with_their_reason(head_a):
     rss1 = h.rss_mb()
     assert rss1 - rss0 < RSS_BOUND_MB
     h.report["chunks"] = {"rejected": after["rejected"] - row["rejected"], "rss_mb": (round(rss0), round(rss1))}
+
+
+def test_chunks_beyond_the_envs_own_bounds_are_rejected(head_a):
+    """Values a real CartPole never produces, though finite and far below the 1e6 an unknown env is allowed: a
+    chunk of observations at 1e3 (one such chunk ruined the network while 1e6 was CartPole's bound too) and
+    rewards of 1 where the preset's reward_scale makes every real one 0.1."""
+    from bench.attack import FakeCollector, valid_chunk
+
+    h = head_a
+    row = h.settled()
+    base = valid_chunk(steps=16, stream=0)
+    big_obs = replace(base, frames=np.full_like(base.frames, 1e3))
+    big_reward = replace(base, stream=1, rewards=np.where(base.rewards != 0, np.float32(1.0), np.float32(0.0)))
+    fake = FakeCollector(h.ctx, h.connect)
+    try:
+        fake.heartbeat()
+        fake.chunk(big_obs)
+        fake.chunk(big_reward)
+        assert fake.wait_credit(fake.seq, 30.0)
+    finally:
+        fake.close()
+    h.wait_rejected(row["rejected"] + 2, {"obs_out_of_range": 1, "reward_out_of_range": 1})
+    h.assert_progress(row)
 
 
 def test_deep_json_hellos_are_bad_json_not_internal_errors(head_a):
@@ -598,9 +623,9 @@ def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
     """The exact attack that stopped a CartPole run as solved at 37 env steps: one valid 40-frame chunk (37
     transitions, the episode not ended) and 20 summaries of (length 1, return 500), then 20 of (1, 2e6).
     No local collectors: every episode the head counts comes from the attacker's sockets. The forged summaries
-    must not count (ret20 stays empty, the run goes on); a genuine episode's summary still counts."""
+    must not count (ret20 stays empty, the run goes on); a genuine episode's summary still counts. With
+    CartPole's own reward bound (1 per step) a return above the length is refused at once."""
     from bench.attack import FakeCollector, forged_episodes, valid_chunk
-    from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 
     head = LiveHead(tmp_path, [*CARTPOLE, "--collectors", "0", "--target-return", "475"], name="forged")
     ctx = zmq.Context()
@@ -621,9 +646,8 @@ def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
         honest.close()
         row = head.settled()
         assert row["episodes"] == 1 and row["mean_return_20"] == pytest.approx(39.0), row
-        # the forged ones wait for an episode end that never comes on stream 0: a bounded backlog, the rest counted
-        backlog = 2 * 20 - PENDING_SUMMARIES_PER_STREAM
-        assert row["rejected"] == backlog and row["rejected_by_reason"] == {"summary_backlog": backlog}, row
+        # one step cannot earn 500 (or 2e6) on CartPole: every forged summary refused as it came
+        assert row["rejected"] == 40 and row["rejected_by_reason"] == {"episode_out_of_range": 40}, row
         code, _ = head.sigint(30.0)
     except BaseException:
         head.kill()

@@ -514,9 +514,9 @@ def test_replay_contents_are_checked_before_resuming(case, replay_checkpoint, tm
 
 def _head_bounds():
     from replay.value_bounds import ValueBounds
-    from shared.config import EnvConfig
+    from shared.env_bounds import UNKNOWN_BOUND
 
-    return ValueBounds.from_config(EnvConfig())  # the head's: |obs| <= 1e6, |reward| <= 1e6, |TD| <= 1e30
+    return ValueBounds.of_head(UNKNOWN_BOUND, UNKNOWN_BOUND)  # an env nothing is known of: |obs|, |reward| <= 1e6
 
 
 # finite values no run can produce: what the wire would have refused as obs_out_of_range / reward_out_of_range
@@ -647,16 +647,17 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
     assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
 
 
-def test_resuming_from_frames_holding_1e30_exits_2_naming_the_bound(tmp_path) -> None:
-    """The same for a finite value the wire refuses (obs_out_of_range against env.max_abs_obs): a CartPole
-    checkpoint whose frames.npy holds 1e30 used to resume, and training collapsed on it."""
-    proc, ckpt = _resume_with_a_frame_of(1e30, tmp_path)
+def test_resuming_from_frames_beyond_the_envs_bound_exits_2_naming_the_bound(tmp_path) -> None:
+    """The same for a finite value the wire refuses (obs_out_of_range against CartPole's own bound, 20): a
+    checkpoint whose frames.npy held 1e30 used to resume and training collapsed on it; 1e3 was still admitted
+    while the bound was 1e6, and one chunk of such observations wrecks a CartPole network as surely."""
+    proc, ckpt = _resume_with_a_frame_of(1e3, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
-    assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds 1e+30" in errors[0], errors[0]
-    assert "allowed finite, |x| <= 1e+06 (env.max_abs_obs); refusing to restore it" in errors[0], errors[0]
+    assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds 1000" in errors[0], errors[0]
+    assert "allowed finite, |x| <= 20 (env.max_abs_obs); refusing to restore it" in errors[0], errors[0]
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from actors.stream import StreamRecorder
 from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar, collector_config
+from shared import env_bounds
 from shared import protocol as P
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
@@ -130,10 +131,11 @@ class Head:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         c = self.config
-        registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
+        spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env))  # the head's, as ObsSpec.of gives it
+        registrar = Registrar(spec, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
                               transport=c.transport, collectors=c.collectors, replay=c.replay,
                               welcome_config=c.to_dict(), control_endpoint="tcp://127.0.0.1:0")
-        self.thread = ConsolidationThread(replay, SPEC, registrar, transport=c.transport,
+        self.thread = ConsolidationThread(replay, spec, registrar, transport=c.transport,
                                           collectors=c.collectors, episode_window=c.logging.episode_window,
                                           latest_weight_version=version, gate=Gate(may_insert))
         self.thread.start()

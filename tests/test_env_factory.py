@@ -49,7 +49,8 @@ def test_counting_env_passthrough_unchanged() -> None:
 
 
 def test_env_spec_vector_and_frame_envs() -> None:
-    assert env_spec(EnvConfig(env_id="CartPole-v1")) == EnvSpec((4,), np.dtype(np.float32), 2, 1)
+    assert env_spec(EnvConfig(env_id="CartPole-v1")) == EnvSpec((4,), np.dtype(np.float32), 2, 1, max_abs_reward=1.0,
+                                                                max_abs_obs=20.0)
     assert env_spec(EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)) == EnvSpec((84, 84), np.dtype(np.uint8), 4, 3)
 
 
@@ -62,7 +63,7 @@ def test_mario_env_spec_needs_no_emulator(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(emulator.MarioEmulator, "__init__", boom)
     for action_set, n in (("right_only", 5), ("simple", 7), ("complex", 12)):
         spec = env_spec(EnvConfig(action_set=action_set, frame_size=64, frame_stack=4))
-        assert spec == EnvSpec((64, 64), np.dtype(np.uint8), n, 4, frame_skip=4)
+        assert spec == EnvSpec((64, 64), np.dtype(np.uint8), n, 4, frame_skip=4, max_abs_reward=20 + 999 + 50)
     assert env_spec(EnvConfig(env_id="SuperMarioBros-v0")).num_actions == 7
 
 

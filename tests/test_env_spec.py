@@ -94,7 +94,7 @@ def test_a_mario_head_builds_no_emulator(tmp_path, monkeypatch) -> None:
     cfg = replace(counting_config(), env=EnvConfig(frame_size=48, frame_stack=2, action_set="right_only"))
     head = Head(cfg, tmp_path / "run")
     try:
-        assert head.env_spec == EnvSpec((48, 48), np.uint8, 5, 2, frame_skip=4)
+        assert head.env_spec == EnvSpec((48, 48), np.uint8, 5, 2, frame_skip=4, max_abs_reward=20 + 999 + 50)
         assert head.learner.geometry["num_actions"] == 5
     finally:
         head.close(checkpoint=False)
