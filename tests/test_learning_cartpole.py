@@ -1,17 +1,17 @@
-"""Learning evidence through the whole system: CartPole-v1 within 100k env steps.
+"""Learning evidence through the whole system: CartPole-v1 within 150k env steps.
 
 Why: unit tests show each part computes the right thing; only an end-to-end run shows that the
 parts together learn (collectors -> ZeroMQ -> prioritized replay -> learner -> weight broadcast).
 The head runs as a subprocess with the out-of-the-box CartPole preset (config_optimized.py), a
-fixed seed, a 100k env-step budget and `--target-return 475` (it stops by itself once solved).
+fixed seed, a 150k env-step budget and `--target-return 475` (it stops by itself once solved).
 
 What is asserted: the run starts near random (a random policy scores ~22), the mean return of
-the last 20 episodes reaches 475 within 100k env steps, and the head stopped itself for that
-reason. CleanRL's single-process DQN never gets there within 100k steps (BENCHMARKS.md). A
-multi-process run is not deterministic even with a fixed seed (thread and socket timing decide
-which transitions each update samples); with the CartPole defaults (credit-based flow control,
-batch 64) all 10 seeds measured solved it, in 26k-65k env steps (BENCHMARKS.md). Wall time is
-printed, not asserted.
+the last 20 episodes reaches 475 within 150k env steps, and the head stopped itself for that
+reason. CleanRL's single-process DQN needs 217k-294k (BENCHMARKS.md). A multi-process run is
+not deterministic even with a fixed seed (thread and socket timing decide which transitions each
+update samples): 20 seeds of the CartPole defaults solved it in 24k-114k env steps, median 45k
+(BENCHMARKS.md), and one run of this test on a fast machine had not by 100k (best 395): the
+budget is the slowest seed measured plus a third. Wall time is printed, not asserted.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from tests.cluster_helpers import children_of, kill_tree, read_metrics, start_head, stop_head, wait_for
 
 SEED = 1
-MAX_ENV_STEPS = 100_000
+MAX_ENV_STEPS = 150_000
 SOLVED_RETURN = 475.0
 RANDOM_POLICY_RETURN = 22.0
 
