@@ -112,8 +112,9 @@ def signal_pid(pid: int, sig: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the tagged collector
-def tagged_chunk(segment: int, number: int, stream: int) -> TransitionChunk:
-    """One complete episode whose frames say where they come from: (TAG_X, segment/128, number/65536, t/64)."""
+def tagged_chunk(segment: int, number: int, stream: int, reward: float = 1.0) -> TransitionChunk:
+    """One complete episode whose frames say where they come from: (TAG_X, segment/128, number/65536, t/64),
+    `reward` per step (a real collector's: the env's 1 x env.reward_scale, within the head's bound)."""
     frames = np.empty((TAG_STEPS + 1, 4), dtype=np.float32)
     frames[:, 0] = TAG_X
     frames[:, 1] = segment / 128
@@ -121,7 +122,7 @@ def tagged_chunk(segment: int, number: int, stream: int) -> TransitionChunk:
     frames[:, 3] = np.arange(TAG_STEPS + 1) / 64
     actions = np.zeros(TAG_STEPS + 1, dtype=np.int32)
     actions[-1] = NO_ACTION
-    rewards = np.full(TAG_STEPS + 1, 1.0, dtype=np.float32)
+    rewards = np.full(TAG_STEPS + 1, reward, dtype=np.float32)
     rewards[-1] = 0.0
     flags = np.zeros(TAG_STEPS + 1, dtype=np.uint8)
     flags[0] = FLAG_FIRST
@@ -156,6 +157,7 @@ class TaggedCollector:
         cfg = self._fake.welcome.get("config", {})
         self._credit = max(1, int(cfg.get("transport", {}).get("max_chunks_in_flight", 2) or 2))
         self._streams = max(1, len(self._fake.welcome.get("epsilons") or [0]))
+        self._reward = float(cfg.get("env", {}).get("reward_scale", 1.0))  # the env's +1, scaled as collectors send it
 
     def _drop(self) -> None:
         if self._fake is not None:
@@ -182,7 +184,8 @@ class TaggedCollector:
                     if fake.seq - fake.credited < self._credit and self.sent < 65536:
                         number = self.sent
                         self.sent += 1
-                        self._by_seq[fake.chunk(tagged_chunk(self.segment, number, number % self._streams))] = number
+                        self._by_seq[fake.chunk(tagged_chunk(self.segment, number, number % self._streams,
+                                                                 self._reward))] = number
                     self._collect_credits(20)
                 time.sleep(0.05)
         except Exception as exc:  # noqa: BLE001 - reported; the soak goes on without it
