@@ -104,7 +104,6 @@ class Head:
         self.run_dir = Path(run_dir)
         self.train = train
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
         torch.set_num_threads(cfg.learner.torch_threads)
         self.device = resolve_device(cfg.learner.device)
         self.env_spec = spec = env_spec(cfg.env) if spec is None else spec  # what every part below is sized by
@@ -141,6 +140,8 @@ class Head:
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
+        # after a resume is accepted: a refused one leaves the run's record of how it was trained as it was
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
         obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
         registrar = Registrar(
             obs_spec, {"local": local_weights, "remote": remote_weights,

@@ -26,6 +26,7 @@ never handed to `on_weights` (a refused broadcast is counted) nor written to a c
 from __future__ import annotations
 
 import copy
+import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -51,6 +52,8 @@ from shared.env_spec import EnvSpec
 from shared.network import build_q_network
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
+
+log = logging.getLogger("mario_apex.learner")
 
 
 class Replay(Protocol):
@@ -390,6 +393,13 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise ckpt.CheckpointError(f"{where}[optimizer]: not loadable ({type(exc).__name__}: {exc})") from exc
+        # Adam's state dict carries the lr and eps it was saved with; the run's config says what to train with
+        # now (the same values unless the resume was given others on purpose)
+        for group in self.optimizer.param_groups:
+            if (group["lr"], group["eps"]) != (self.lc.lr, self.lc.adam_eps):
+                log.info("resume: Adam lr %g, eps %g from the config (the checkpoint had %g, %g)", self.lc.lr,
+                         self.lc.adam_eps, group["lr"], group["eps"])
+            group["lr"], group["eps"] = float(self.lc.lr), float(self.lc.adam_eps)
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         if self.precision.use_scaler and state["scaler"]:

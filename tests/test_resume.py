@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from launcher.head import Head, StopAt
+from learner.checkpoint import CheckpointError
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
@@ -67,6 +68,13 @@ def test_a_resumed_head_holds_the_same_replay_weights_and_counters(tmp_path) -> 
         second.close(checkpoint=False)
     assert resumed["env_steps"] >= steps + 1_000 and resumed["updates"] > summary["updates"]
 
+    # a refused resume (another network width) leaves the run's config.json, its record of how it was trained
+    recorded = (run / "config.json").read_text()
+    wider = replace(cartpole(), learner=replace(cartpole().learner, hidden=2 * cartpole().learner.hidden))
+    with pytest.raises(CheckpointError, match="hidden"):
+        Head(wider, run, resume=run)
+    assert (run / "config.json").read_text() == recorded
+
 
 # ---------------------------------------------------------------------- segments == one run, exactly
 OBS, STACK, ACTIONS = (4,), 2, 2  # CartPole's geometry: 4 floats, 2 actions
@@ -97,10 +105,36 @@ def _config() -> Config:
         replay=ReplayConfig(beta_steps=50))
 
 
-def _segment(seed: int | None) -> tuple[Learner, ReplayBuffer]:
+def _segment(seed: int | None, config: Config | None = None) -> tuple[Learner, ReplayBuffer]:
     """A learner and its replay built as the head builds them; `seed` only picks the sampler's stream."""
     buf = ReplayBuffer(256, OBS, np.float32, STACK, 3, 0.97, seed=seed)
-    return learner_of(_config(), EnvSpec(OBS, np.float32, ACTIONS, STACK), buf, "cpu"), buf
+    return learner_of(config or _config(), EnvSpec(OBS, np.float32, ACTIONS, STACK), buf, "cpu"), buf
+
+
+def test_a_resume_trains_with_the_lr_and_eps_it_is_given(tmp_path, caplog) -> None:
+    """Adam's saved state carries the lr and eps it was trained with: restoring it silently kept them, so a
+    resume told `--set learner.lr=...` trained on with the old rate. The config's values win; the moments and
+    step stay the checkpoint's."""
+    first = _chunks(0, 12)
+    part, part_buf = _segment(seed=5)
+    try:
+        _train(part, part_buf, first, 5)
+        part.save_checkpoint(tmp_path / "run", replay=part_buf)
+        saved = part.optimizer.state_dict()
+    finally:
+        part.close()
+    cfg = _config()
+    slower = replace(cfg, learner=replace(cfg.learner, lr=cfg.learner.lr / 4, adam_eps=1e-6))
+    resumed, resumed_buf = _segment(seed=None, config=slower)
+    try:
+        with caplog.at_level("INFO"):
+            resumed.load_checkpoint(tmp_path / "run", replay=resumed_buf)
+        groups = resumed.optimizer.param_groups
+        assert [(g["lr"], g["eps"]) for g in groups] == [(cfg.learner.lr / 4, 1e-6)] * len(groups)
+        _same_optimizer({**resumed.optimizer.state_dict(), "param_groups": saved["param_groups"]}, saved)
+        assert "Adam lr" in caplog.text and "from the config" in caplog.text
+    finally:
+        resumed.close()
 
 
 def _train(learner: Learner, buf: ReplayBuffer, chunks: list[TransitionChunk], updates: int) -> None:
