@@ -109,6 +109,9 @@ class ConsolidationThread(threading.Thread):
         # in flight, so a collector that keeps the rule is always read (its heartbeats too)
         self.park_limit = t.max_chunks_in_flight + 1 if self.credits else PARKED_WITHOUT_CREDITS
         self.reclaim_after_s = t.head_timeout_s
+        # before its first message a collector is still building its envs and network (seconds on a loaded
+        # machine): it gets as long as the head gives a local collector before restarting it
+        self.first_message_after_s = max(t.head_timeout_s, t.stall_timeout_s)
         self.gate = gate  # the replay's rate limiter, insert side (learner.max_insert_lead)
         self.gated_rounds = 0
         self.collectors: dict[int, CollectorState] = {}
@@ -328,7 +331,8 @@ class ConsolidationThread(threading.Thread):
         if now >= self._next_reclaim:
             self._next_reclaim = now + RECLAIM_EVERY_S
             for state in self.collectors.values():
-                if not state.held_by_head() and now - state.stall_clock > self.reclaim_after_s:
+                limit = self.reclaim_after_s if state.heard else self.first_message_after_s
+                if not state.held_by_head() and now - state.stall_clock > limit:
                     state.closed = True
         for state in [s for s in self.collectors.values() if s.closed]:
             self._close(state, poller)

@@ -707,6 +707,24 @@ def test_a_sequence_number_far_ahead_is_rejected_without_moving_the_sequence(hea
     assert s.rejected_by_reason == {"seq_jump": 1} and s.heartbeats == 3 and s.gaps == 0
 
 
+def test_a_registration_has_until_the_stall_timeout_to_send_its_first_message() -> None:
+    """A collector on a loaded machine can take longer than head_timeout_s between its WELCOME and its first
+    HEARTBEAT (building its network, connecting its data socket): it was reclaimed before it spoke, again and
+    again. Before its first message a registration gets stall_timeout_s; one that spoke and fell silent is
+    reclaimed after head_timeout_s as before. Ordered by events: the silent-after-speaking one goes first."""
+    sink = RecordingSink()
+    head = Head(sink, config=small_config(head_timeout_s=2.0, stall_timeout_s=10.0))
+    try:
+        quiet = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+        assert wait_for(lambda: head.cid not in head.thread.stats().collectors, 30, 0.01)
+        assert quiet.collector_id in head.thread.stats().collectors  # never spoke: still starting, kept
+        assert wait_for(lambda: quiet.collector_id not in head.thread.stats().collectors, 60, 0.05)
+        assert head.thread.stats().reclaimed == 2
+    finally:
+        head.close()
+
+
 def test_collector_priorities_are_capped_like_the_learner_s() -> None:
     """Priorities were only checked finite and >= 0: 3e38 made one collector's transitions dominate sampling.
     They are clipped to the cap (the learner's |TD| cap, or the config's reward bound when tighter) and the
