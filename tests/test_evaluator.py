@@ -145,7 +145,9 @@ def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_pa
     watcher = threading.Thread(target=stop_after_two_rows, daemon=True)
     watcher.start()
     try:
-        summary = head.run(StopAt(seconds=240.0), stop)
+        # the watcher ends the run once two evaluations are in; the deadline only catches a hang (one loaded
+        # 2-core run finished a single evaluation in 240 s), within the suite's 600 s per test
+        summary = head.run(StopAt(seconds=500.0), stop)
     finally:
         stop.set()
         head.close(checkpoint=False)
