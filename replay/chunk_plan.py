@@ -41,7 +41,7 @@ _ALL_FLAGS = FLAG_FIRST | FLAG_TERMINATED | FLAG_TRUNCATED
 _UNKNOWN_FLAGS = np.uint8(0xFF & ~_ALL_FLAGS)
 # |reward| the replay stores. n-step returns are summed in float64 and stored as float32: any n below
 # 3e8 keeps sum_k gamma^k r_k (gamma <= 1) under float32's 3.4e38, so returns, TD errors and priorities
-# stay finite. The head's protocol bound (env.max_abs_reward, default 1e6) is far tighter; this is the
+# stay finite. The head's protocol bound (the env's own, at most 1e6 by default) is far tighter; this is the
 # replay's own last line for chunks that reach it some other way.
 MAX_ABS_REWARD = 1e30
 

@@ -48,12 +48,16 @@ KNOWN_OBS_BOUNDS: dict[str, float] = {
     "CartPole-v1": 20.0,
 }
 
+
 def raw_reward_bound(env: EnvConfig) -> float | None:
     """The env's own largest |reward| per agent step, before env.reward_scale; None when unknown."""
-    if is_mario(env.env_id):
-        return max_abs_step_reward(env.frame_skip, env.clip_rewards)
-    if is_atari(env.env_id):
-        return 1.0 if env.clip_rewards else None
+    mario, atari = is_mario(env.env_id), is_atari(env.env_id)
+    if env.clip_rewards and (mario or atari):  # the only wrappers that clip, both to [-1, 1]
+        return 1.0
+    if mario:
+        return max_abs_step_reward(env.frame_skip)
+    if atari:
+        return None  # game scores
     return KNOWN_REWARD_BOUNDS.get(env.env_id)
 
 
@@ -68,8 +72,9 @@ def max_abs_reward(env: EnvConfig) -> float:
 
 def max_abs_obs(env: EnvConfig, declared: Sequence[float] | None = None) -> float:
     """The largest |float observation| the head accepts: env.max_abs_obs when positive, else the env's known
-    bound, else DECLARED_MARGIN x the largest |bound| of its observation space (`declared`: the Box's low and high
-    values, flattened) when all are finite, else UNKNOWN_BOUND."""
+    bound, else DECLARED_MARGIN x the largest |bound| its observation space declares (`declared`: the Box's low
+    and high values, or any reduction of them that keeps the largest |value|) when all are finite, else
+    UNKNOWN_BOUND."""
     if env.max_abs_obs > 0:
         return float(env.max_abs_obs)
     if env.env_id in KNOWN_OBS_BOUNDS:

@@ -17,9 +17,7 @@ def max_dx(frame_skip: int) -> int:
     return MAX_DX_PER_FRAME * int(frame_skip)
 
 
-def max_abs_step_reward(frame_skip: int, clip_rewards: bool = False) -> float:
-    """The largest |reward| of one agent step, before env.reward_scale: progress, plus the clock falling by at
-    most its whole range, plus a death or a flag (1 when rewards are clipped)."""
-    if clip_rewards:
-        return 1.0
+def max_abs_step_reward(frame_skip: int) -> float:
+    """The largest |reward| of one agent step, unclipped and before env.reward_scale: progress, plus the clock
+    falling by at most its whole range, plus a death or a flag."""
     return float(max_dx(frame_skip) + CLOCK_MAX + max(-DEATH_PENALTY, FLAG_BONUS))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
+from shared.env_bounds import UNKNOWN_BOUND
 from shared.env_spec import EnvSpec
 
 MAGIC = b"MAPX"
@@ -66,8 +67,8 @@ MAX_JSON_DEPTH = 32  # nested objects/arrays in a JSON frame; HELLO needs 1, dee
 # |r| <= 1e6, gamma <= 1 and n <= 64 (config limits) a return stays below 6.4e7, far from float32's
 # 3.4e38, and so do the TD errors and priorities computed from it. ObsSpec carries the head's bounds
 # (the run's EnvSpec: the env's own, shared/env_bounds.py, or env.max_abs_*); these are a bare ObsSpec's.
-DEFAULT_MAX_ABS_REWARD = 1e6  # per-step reward as sent (already multiplied by env.reward_scale)
-DEFAULT_MAX_ABS_OBS = 1e6  # float observations only; integer frames (uint8 Mario) cannot overflow
+DEFAULT_MAX_ABS_REWARD = UNKNOWN_BOUND  # per-step reward as sent (already multiplied by env.reward_scale)
+DEFAULT_MAX_ABS_OBS = UNKNOWN_BOUND  # float observations only; integer frames (uint8 Mario) cannot overflow
 MAX_ABS_EPISODE_RETURN = 1e15  # EPISODE_SUMMARY return (float64, unscaled; only averaged for logs)
 MAX_HELLO_STRING = 256  # HELLO "host"
 MAX_HELLO_NONCE = 64  # HELLO "nonce" (collectors send a 32-character uuid4 hex)
