@@ -11,8 +11,13 @@
 #   bash bench/gpu_proof.sh                      # .venv/bin/python if there is one, else python3
 #   PY=python3 bash bench/gpu_proof.sh           # a machine's own Python (PYTHONPATH=/tmp/site, docs/GPU.md)
 #   RUN_SECONDS=180 RUN_MODES="eager captured" bash bench/gpu_proof.sh
-# Each step has its own time limit (their sum, 1,490 s, keeps the whole under 25 minutes); a failed or
-# timed-out step is recorded in summary.txt and the next one runs.
+# Where device time is short, the steps can be chosen and ordered, and their limits shortened:
+#   STEPS="bench tests runs" BENCH_LIMIT=300 BENCH_ARGS="--repeats 1 --batches 512,64,32 --precisions auto"
+#   TESTS_LIMIT=120 TESTS="tests/test_device_step.py" RUN_SECONDS=90 RUN_MODES=captured
+#   ARCHIVE=out/proof.tgz: the output folder is packed there after every step (a copy that survives a kill)
+#   COMMIT=<hash>: where the copy of the repository has no .git
+# Each step has its own time limit (the defaults' sum, 1,490 s, keeps the whole under 25 minutes); a
+# failed or timed-out step is recorded in summary.txt and the next one runs.
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,14 +30,22 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     echo "error: $PY sees no CUDA device (torch.cuda.is_available() is False)" >&2
     exit 2
 fi
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-OUT=docs/gpu/$(date +%Y-%m-%d)-$COMMIT
+STEPS=${STEPS:-"tests bench runs"}
+TESTS=${TESTS:-"tests/test_device_step.py tests/test_device_batch.py tests/test_device_sampler.py \
+    tests/test_learner_precision.py tests/test_learner_trainer.py tests/test_replay_concurrency.py \
+    tests/test_learner_compile.py tests/test_learner_replay.py"}
+TESTS_LIMIT=${TESTS_LIMIT:-400}
+BENCH_ARGS=${BENCH_ARGS:-"--repeats 2 --seconds 3 --precisions auto"}  # AMP at batch 32, 64 and 512
+BENCH_LIMIT=${BENCH_LIMIT:-360}
+ARCHIVE=${ARCHIVE:-}
+COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+OUT=docs/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 
 {
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "commit: $COMMIT"
     echo "dirty: $(git status --porcelain 2>/dev/null | grep -c . || true) changed paths"
     echo "date: $(date -Iseconds)"
     "$PY" - <<'EOF'
@@ -56,31 +69,50 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME
     timeout --kill-after=20 "$limit" "$@" > "$OUT/$name.log" 2>&1
     local rc=$?
     echo "$name: exit $rc after $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+    pack
 }
 
-# 1. CUDA tests (compiles included)
-step tests_cuda 400 "$PY" -m pytest -v -p no:cacheprovider \
-    tests/test_device_step.py tests/test_device_batch.py tests/test_device_sampler.py \
-    tests/test_learner_precision.py tests/test_learner_trainer.py tests/test_replay_concurrency.py \
-    tests/test_learner_compile.py tests/test_learner_replay.py
+pack() {  # the output folder into ARCHIVE, when asked
+    if [ -n "$ARCHIVE" ]; then tar czf "$ARCHIVE" "$OUT"; fi
+}
 
-# 2. the step bench: AMP at batch 32, 64 and 512, two interleaved repeats (the first compiles cold)
-step bench_learner_step 360 "$PY" -m bench.learner_step --device cuda --repeats 2 --seconds 3 --precisions auto \
-    --out "$OUT/bench_learner_step.json"
+# 1. the CUDA test files (compiles included)
+tests() {
+    # shellcheck disable=SC2086  # TESTS is a list of paths
+    step tests_cuda "$TESTS_LIMIT" "$PY" -m pytest -v -p no:cacheprovider $TESTS
+}
+
+# 2. the step bench (the first repeat compiles cold)
+bench() {
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+    step bench_learner_step "$BENCH_LIMIT" "$PY" -m bench.learner_step --device cuda $BENCH_ARGS \
+        --out "$OUT/bench_learner_step.json"
+}
 
 # 3. Mario 1-1 with the auto profile, one run per step mode, GPU load sampled beside each
-for mode in $RUN_MODES; do
-    run=$OUT/run_$mode
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
-    smi=$!
-    sets=(--set logging.interval_s=10)
-    if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
-    step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
-        --run-dir "$run" "${sets[@]}"
-    kill "$smi" 2>/dev/null
-    wait "$smi" 2>/dev/null
-    rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
+runs() {
+    for mode in $RUN_MODES; do
+        local run=$OUT/run_$mode
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
+        local smi=$!
+        local sets=(--set logging.interval_s=10)
+        if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
+        step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
+            --run-dir "$run" "${sets[@]}"
+        kill "$smi" 2>/dev/null
+        wait "$smi" 2>/dev/null
+        rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
+        pack
+    done
+}
+
+for name in $STEPS; do
+    case $name in
+        tests|bench|runs) "$name" ;;
+        *) echo "error: STEPS=$STEPS: unknown step $name (allowed: tests bench runs)" >&2; exit 2 ;;
+    esac
 done
 
 echo "== done: $OUT"
 cat "$SUMMARY"
+pack

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -149,9 +150,23 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
     cap = capacity or (20_000 if quick or not cuda else 200_000)
     replay = real_replay(dev, cap)
     runs: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, str] = {}
     for _ in range(repeats):
         for mode, b, p in plan:
-            runs.setdefault(f"{mode}_{p}_b{b}", []).append(measure(mode, b, p, dev, replay, budget))
+            key = f"{mode}_{p}_b{b}"
+            if key in failed:
+                continue
+            try:
+                result = measure(mode, b, p, dev, replay, budget)
+            except Exception as exc:  # one mode failing on a new device must not lose the others' figures
+                failed[key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+                runs.pop(key, None)
+                print(f"[learner_step] {key}: failed: {failed[key]}", file=sys.stderr, flush=True)
+                continue
+            runs.setdefault(key, []).append(result)
+            print(f"[learner_step] {key}: {result['updates_per_s']:.1f} updates/s, first update "
+                  f"{result['first_update_s']:.1f} s, host {result['host_cpu_ms_per_update']:.2f} ms/update",
+                  file=sys.stderr, flush=True)
     key_fig = {k: median([r["updates_per_s"] for r in v]) for k, v in runs.items()}
 
     def per_key(field: str, digits: int = 4) -> dict[str, Any]:
@@ -187,8 +202,8 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
             "rate_10min_incl_compile": {k: _spread([r["rate_10min_incl_compile"] for r in v]) for k, v in runs.items()},
             "skipped_updates": {k: [r["skipped_updates"] for r in v] for k, v in runs.items()},
         },
-        "errors": {} if cuda else {"learner_device_busy_frac": "CPU: the host runs the update itself, there is no "
-                                                                "separate device to be busy"},
+        "errors": {**failed, **({} if cuda else {"learner_device_busy_frac": "CPU: the host runs the update itself, "
+                                                                          "there is no separate device to be busy"})},
         "skipped": skipped,
     }
 
