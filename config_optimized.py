@@ -110,7 +110,8 @@ def gpu_server_profile() -> Config:
             precision="bf16",  # H100 supports bf16: no GradScaler needed
             compile_mode="reduce-overhead",  # CUDA graphs: 181 vs 111 updates/s at batch 512 (H100)
             # step_mode="captured" (with compile_mode="off") replays the whole update, sampling included, as one
-            # CUDA graph; eager until bench/gpu_proof.sh has measured it on a GPU
+            # CUDA graph: 965 updates/s at batch 512 and 1,478 at 64 on one H200, 9-15x eager (BENCHMARKS.md).
+            # eager until a run of the head has trained with it on a GPU (bench/gpu_proof.sh's runs step)
             step_mode="eager",
             lr=5e-4,
             warmup_transitions=50_000,  # ~35 s of 14 collectors

@@ -28,8 +28,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s",)),
     # its learner_updates_per_s entries (by step mode, precision and batch) join bench.learner's
     "learner_step": ((("bench.learner_step", "run_step_bench"),),
-                     ("learner_updates_per_s", "learner_host_cpu_ms_per_update", "learner_device_busy_frac",
-                      "learner_wait_frac")),
+                     ("learner_updates_per_s", "learner_host_cpu_ms_per_update", "learner_host_launch_ms_per_update",
+                      "learner_device_busy_frac", "learner_wait_frac")),
 }
 
 

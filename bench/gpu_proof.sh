@@ -24,6 +24,9 @@ cd "$(dirname "$0")/.."
 PY=${PY:-$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)}
 RUN_SECONDS=${RUN_SECONDS:-180}          # per Mario run (its start-up and shutdown get 110 s more)
 RUN_MODES=${RUN_MODES:-"eager captured"}  # learner.step_mode of each Mario run
+# the profiles' 50,000-transition warmup takes ~60 s of start-up and collection on a 16-core box: a short
+# run would end before its first update, so the proof's runs start learning at 20,000
+RUN_WARMUP=${RUN_WARMUP:-20000}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -56,7 +59,7 @@ for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     print(f"gpu {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, capability {p.major}.{p.minor}")
 EOF
-    nproc | sed 's/^/cores: /'
+    nproc --all | sed 's/^/cores: /'  # --all: OMP_NUM_THREADS=1 above would make plain nproc say 1
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
@@ -95,7 +98,7 @@ runs() {
         local run=$OUT/run_$mode
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
         local smi=$!
-        local sets=(--set logging.interval_s=10)
+        local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
         if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
         step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
             --run-dir "$run" "${sets[@]}"

@@ -13,6 +13,10 @@ sync per block), the first update's seconds (compile and capture included), the 
 seconds per update (every thread: the prefetch thread too), the data wait (eager: blocked on the
 prefetch queue; device: mirroring the replay's new data), and on CUDA the GPU's busy fraction
 (kernel time in a profiled block / its wall time; null on a CPU, where there is no separate device).
+On CUDA the process CPU per update includes the host spinning while it waits on the GPU (CUDA's
+default sync spins), so a GPU-bound learner reads as host-bound there; `learner_host_launch_ms_per_update`
+is the host's own work: process CPU per update for a short block enqueued right after a sync, while the
+GPU's queue has room and nothing waits (null on a CPU, where launching is computing).
 `rate_10min_incl_compile` is the updates/s a 10-minute run gets once the first update's seconds are
 paid. Modes are interleaved within each repeat, so ratios compare figures taken side by side. The
 compile cache starts empty (unless --keep-compile-cache): the first repeat's compile is a cold one,
@@ -59,6 +63,23 @@ def _device_busy(learner: Any, device: torch.device, updates: int) -> float | No
     return min(1.0, busy_us / 1e6 / wall)
 
 
+LAUNCH_BLOCK = 16  # updates enqueued per launch-cost sample: fewer than the uniforms' refill period
+
+
+def _host_launch_ms(learner: Any, device: torch.device, samples: int = 5) -> float | None:
+    """Median process CPU ms per update to enqueue LAUNCH_BLOCK updates onto an idle GPU; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    per_update = []
+    for _ in range(samples):
+        sync_device(device)
+        c0 = time.process_time()
+        learner.run_updates(LAUNCH_BLOCK)
+        per_update.append((time.process_time() - c0) / LAUNCH_BLOCK * 1000.0)
+    sync_device(device)
+    return median(per_update)
+
+
 def measure(mode: str, batch: int, precision: str, device: torch.device, replay: Any, budget_s: float,
             block_s: float = 0.5) -> dict[str, Any]:
     """One mode at one batch size and precision on `replay`: see the module docstring."""
@@ -98,12 +119,13 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         stats = learner.stats()
         busy = _device_busy(learner, device, max(8, min(n, 64)))
+        launch = _host_launch_ms(learner, device)
         rate = n / wall
         return {
             "updates_per_s": rate, "updates": n, "first_update_s": first_s,
             "compile_s": learner.compile_s if mode == "captured" else 0.0,
             "host_cpu_ms_per_update": cpu / n * 1000.0, "wait_frac": stats["data_wait_frac"],
-            "device_busy_frac": busy, "skipped_updates": stats["skipped_updates"],
+            "host_launch_ms_per_update": launch, "device_busy_frac": busy, "skipped_updates": stats["skipped_updates"],
             "rate_10min_incl_compile": max(0.0, RUN_S - first_s) * rate / RUN_S,
         }
     finally:
@@ -192,6 +214,7 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
         "replay_capacity": cap,
         "learner_updates_per_s": {k: round(v, 3) for k, v in key_fig.items()},
         "learner_host_cpu_ms_per_update": per_key("host_cpu_ms_per_update", 3),
+        "learner_host_launch_ms_per_update": per_key("host_launch_ms_per_update", 3) if cuda else None,
         "learner_device_busy_frac": busy if cuda else None,
         "learner_wait_frac": per_key("wait_frac"),
         "ratios": ratios,
@@ -202,8 +225,9 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
             "rate_10min_incl_compile": {k: _spread([r["rate_10min_incl_compile"] for r in v]) for k, v in runs.items()},
             "skipped_updates": {k: [r["skipped_updates"] for r in v] for k, v in runs.items()},
         },
-        "errors": {**failed, **({} if cuda else {"learner_device_busy_frac": "CPU: the host runs the update itself, "
-                                                                          "there is no separate device to be busy"})},
+        "errors": {**failed, **({} if cuda else {
+            "learner_device_busy_frac": "CPU: the host runs the update itself, there is no separate device to be busy",
+            "learner_host_launch_ms_per_update": "CPU: launching an update is running it (see host_cpu_ms_per_update)"})},
         "skipped": skipped,
     }
 

@@ -56,6 +56,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "collector_overhead_frac",
     "learner_updates_per_s",
     "learner_host_cpu_ms_per_update",
+    "learner_host_launch_ms_per_update",
     "learner_device_busy_frac",
     "learner_wait_frac",
 )
@@ -97,6 +98,8 @@ DESCRIPTIONS: dict[str, str] = {
     "learner_updates_per_s": "learner updates/s by mode (bench.learner's; {eager,device,captured}_PRECISION_bBATCH: "
                              "learner.step_mode side by side, bench.learner_step)",
     "learner_host_cpu_ms_per_update": "process CPU ms per update by step mode, batch and precision (on a CPU: all of it)",
+    "learner_host_launch_ms_per_update": "process CPU ms per update to enqueue updates onto an idle GPU: the host's own "
+                                         "work, without spin-waiting on the GPU (CUDA only)",
     "learner_device_busy_frac": "GPU kernel time / wall time while the learner updates, by step mode (CUDA only)",
     "learner_wait_frac": "share of the learner loop waiting for data (eager: the prefetch queue; device: ring drains)",
 }

@@ -243,13 +243,9 @@ def test_a_checkpoint_mid_run_resumes_to_the_uninterrupted_run(tmp_path) -> None
         second.close()
 
 
-def test_the_device_step_trains_while_a_writer_thread_inserts() -> None:
-    """The ingest side keeps writing (a batch of chunks each time the learner starts an update, an event):
-    updates go on, drained segments are mirrored, and the replay's invariants hold afterwards."""
-    chunks = sim_chunks(IMAGE, seed=22)
-    buf = ReplayBuffer(600, IMAGE, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=3)
-    buf.add_chunks(chunks[:12])
-    learner = learner_on(config(step_mode="device"), buf)
+def train_beside_a_writer(learner, buf: ReplayBuffer, chunks: list, updates: int = 40) -> None:
+    """`updates` updates while a writer thread adds a batch of chunks each time the learner starts one
+    (an event, not a clock); then the replay's invariants hold and every update was counted."""
     tick, stop = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
@@ -267,7 +263,7 @@ def test_the_device_step_trains_while_a_writer_thread_inserts() -> None:
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
-        for _ in range(40):
+        for _ in range(updates):
             tick.set()
             learner.run_updates(1)
             assert not errors, errors
@@ -276,10 +272,18 @@ def test_the_device_step_trains_while_a_writer_thread_inserts() -> None:
         tick.set()
         thread.join(WAIT_S)
         learner.close()
-    assert not errors and buf.transitions_added > 3 * 600
+    assert not errors and buf.transitions_added > 3 * buf.capacity
     with learner._source.pause():
         buf.check_valid()
-    assert learner.stats()["updates"] == 40
+    assert learner.stats()["updates"] == updates
+
+
+def test_the_device_step_trains_while_a_writer_thread_inserts() -> None:
+    """The ingest side keeps writing: updates go on, drained segments are mirrored, the replay stays valid."""
+    chunks = sim_chunks(IMAGE, seed=22)
+    buf = ReplayBuffer(600, IMAGE, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=3)
+    buf.add_chunks(chunks[:12])
+    train_beside_a_writer(learner_on(config(step_mode="device"), buf), buf, chunks)
 
 
 @pytest.mark.slow
@@ -337,6 +341,24 @@ def test_on_cuda_the_captured_step_is_one_graph_and_matches_the_eager_step(preci
             assert b["loss"] == pytest.approx(a["loss"], rel=2e-2)
     for name, t in results["device"][0].items():
         torch.testing.assert_close(results["captured"][0][name], t, rtol=5e-2, atol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_on_cuda_the_captured_step_trains_while_a_writer_thread_inserts() -> None:
+    """The head's situation on a GPU: the ingest thread writes frames and records into the device ring
+    while the learner replays its CUDA graph; the ring laps (capacity 600) and the replay stays valid."""
+    from learner.trainer import Learner
+
+    chunks = sim_chunks(IMAGE, seed=22)
+    buf = ReplayBuffer(600, IMAGE, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=3, device="cuda")
+    buf.add_chunks(chunks[:12])
+    cfg = config(step_mode="captured", precision="bf16", device="cuda")
+    torch.manual_seed(0)
+    learner = Learner(cfg.learner, cfg.replay, EnvSpec(IMAGE, np.uint8, ACTIONS, STACK), buf, "cuda",
+                      config_json=cfg.to_json())
+    train_beside_a_writer(learner, buf, chunks)
+    assert learner._source.runner._graph is not None
 
 
 def test_step_mode_is_checked_with_one_line_errors() -> None:

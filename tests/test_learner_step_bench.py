@@ -17,6 +17,7 @@ def test_quick_step_bench_reports_every_key_with_reasons_for_nulls() -> None:
     assert set(out["learner_host_cpu_ms_per_update"]) == set(out["learner_updates_per_s"])
     assert all(0.0 <= v <= 1.0 for v in out["learner_wait_frac"].values())
     assert out["learner_device_busy_frac"] is None and "CPU" in out["errors"]["learner_device_busy_frac"]
+    assert out["learner_host_launch_ms_per_update"] is None and "CPU" in out["errors"]["learner_host_launch_ms_per_update"]
     assert "captured_fp32_b4" in out["skipped"]  # --quick on a CPU does not compile
     assert out["ratios"]["device_fp32_b4_vs_eager"] > 0
     assert out["details"]["skipped_updates"] == {"eager_fp32_b4": [0], "device_fp32_b4": [0]}
