@@ -5,7 +5,8 @@ eager learner (learner/update.py + trainer) give the same loss, gradients, grad 
 weights, Adam state and target network, update after update (fp32, bf16, gradient accumulation); a
 non-finite update leaves weights, Adam state and priorities unchanged on the device; the fp16 loss scale
 and its skips follow GradScaler's; a checkpoint mid-run resumes to the uninterrupted run; the same step
-compiles with torch.compile(fullgraph=True) under inductor; on CUDA it is one CUDA graph per update.
+compiles with torch.compile(fullgraph=True) under inductor; on CUDA it is one CUDA graph per update; the
+real head trains with it beside its ingest thread, checkpoints and resumes (the captured graph on CUDA).
 """
 
 from __future__ import annotations
@@ -359,6 +360,39 @@ def test_on_cuda_the_captured_step_trains_while_a_writer_thread_inserts() -> Non
                       config_json=cfg.to_json())
     train_beside_a_writer(learner, buf, chunks)
     assert learner._source.runner._graph is not None
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("device, mode", [
+    ("cpu", "device"),
+    pytest.param("cuda", "captured", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+])
+def test_a_head_trains_with_the_device_step_checkpoints_and_resumes(tmp_path, device: str, mode: str) -> None:
+    """The real system with the step: collectors over sockets, the ingest thread writing while the learner
+    steps, the replay saved by the final checkpoint and restored by a resume that trains on."""
+    from launcher.head import Head, StopAt
+    from tests.test_resume import cartpole
+
+    base = cartpole()
+    cfg = replace(base, learner=replace(base.learner, device=device, step_mode=mode))
+    first = Head(cfg, tmp_path / "run")
+    try:
+        summary = first.run(StopAt(env_steps=6_000), threading.Event())
+        assert isinstance(first.learner._source, DeviceSource)
+    finally:
+        first.close()  # the final checkpoint, replay included
+    assert summary["updates"] > 0 and summary["rejected"] == 0
+    steps = first.env_steps()
+    second = Head(cfg, tmp_path / "run2", resume=tmp_path / "run")
+    try:
+        assert second.learner.updates == summary["updates"] and second.env_steps() == steps
+        resumed = second.run(StopAt(env_steps=steps + 1_000), threading.Event())
+        with second.learner._source.pause():
+            second.replay.check_valid()
+    finally:
+        second.close(checkpoint=False)
+    assert resumed["updates"] > summary["updates"]
 
 
 def test_step_mode_is_checked_with_one_line_errors() -> None:
