@@ -13,7 +13,9 @@
 #   RUN_SECONDS=180 RUN_MODES="eager captured" bash bench/gpu_proof.sh
 # Where device time is short, the steps can be chosen and ordered, and their limits shortened:
 #   STEPS="bench tests runs" BENCH_LIMIT=300 BENCH_ARGS="--repeats 1 --batches 512,64,32 --precisions auto"
-#   TESTS_LIMIT=120 TESTS="tests/test_device_step.py" RUN_SECONDS=90 RUN_MODES=captured
+#   TESTS_LIMIT=150 TESTS="tests/test_device_step.py -k cuda" RUN_SECONDS=90 RUN_MODES=captured
+#   (-k cuda: the CUDA tests only: the captured graph against the op-by-op step, beside a writer thread,
+#   and inside a head that checkpoints and resumes)
 #   ARCHIVE=out/proof.tgz: the output folder is packed there after every step (a copy that survives a kill)
 #   COMMIT=<hash>: where the copy of the repository has no .git
 # Each step has its own time limit (the defaults' sum, 1,490 s, keeps the whole under 25 minutes); a
