@@ -18,7 +18,9 @@ Layout of ``run_dir/checkpoint/`` (only the latest is kept):
 Atomicity: everything is written into ``run_dir/.checkpoint.tmp-<pid>`` and fsynced; then
 the old ``checkpoint/`` is renamed to ``checkpoint.old``, the temp dir to ``checkpoint/``,
 and ``checkpoint.old`` removed. A crash between the two renames leaves ``checkpoint.old``,
-which `find_checkpoint` falls back to. Reading uses ``torch.load(weights_only=True)``: only
+which `find_checkpoint` falls back to. A writer killed mid-save leaves its temp dir (with a replay,
+hundreds of MB): each save removes the temp dirs of writers that no longer run (a live pid's is kept,
+whoever it is). Reading uses ``torch.load(weights_only=True)``: only
 tensors and plain containers, never code. Every failure is a `CheckpointError` naming the
 file and what is wrong (missing, truncated, hash mismatch, missing key, shape mismatch,
 different geometry, a wrongly typed meta.json field).
@@ -58,6 +60,7 @@ from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers cat
 from shared.env_spec import EnvSpec
 
 FORMAT_VERSION = 1
+TMP_PREFIX = ".checkpoint.tmp-"  # + the writer's pid
 DIR_NAME = "checkpoint"
 OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
@@ -181,7 +184,8 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
         raise CheckpointError(f"{run / DIR_NAME}: not written, non-finite optimizer state in {bad} "
                               f"(the previous checkpoint is kept)")
     run.mkdir(parents=True, exist_ok=True)
-    tmp = run / f".checkpoint.tmp-{os.getpid()}"
+    remove_dead_writers_temps(run)
+    tmp = run / f"{TMP_PREFIX}{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -227,6 +231,28 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
     _fsync_dir(run)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _pid_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
+    return True
+
+
+def remove_dead_writers_temps(run: Path) -> list[Path]:
+    """Remove `run`'s `.checkpoint.tmp-<pid>` dirs whose writer no longer runs; returns them."""
+    removed = []
+    for path in run.glob(f"{TMP_PREFIX}*"):
+        suffix = path.name[len(TMP_PREFIX):]
+        if not suffix.isdigit() or int(suffix) == os.getpid() or _pid_runs(int(suffix)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 # ---------------------------------------------------------------------- reading

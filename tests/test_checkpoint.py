@@ -172,6 +172,28 @@ def test_atomic_replace_keeps_latest_and_recovers_old(tmp_path) -> None:
         learner.close()
 
 
+def test_a_save_removes_the_temp_dirs_of_writers_that_no_longer_run(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead, alive = tmp_path / f".checkpoint.tmp-{int(done.stdout)}", tmp_path / f".checkpoint.tmp-{os.getppid()}"
+    odd = tmp_path / ".checkpoint.tmp-notapid"
+    for path in (dead, alive, odd):
+        (path / "replay").mkdir(parents=True)
+        (path / "replay" / "frames.npy").write_bytes(b"x" * 1000)
+    learner = make_learner()
+    try:
+        learner.save_checkpoint(tmp_path)
+    finally:
+        learner.close()
+    assert not dead.exists()  # its writer exited: a leftover of a killed save
+    assert alive.exists() and odd.exists()  # a running process's (maybe saving now), and not ours to judge
+    assert (tmp_path / "checkpoint" / "meta.json").is_file()
+
+
 # ---------------------------------------------------------------------- hardening
 def _rehash(ckpt, name: str) -> None:
     """Record `name`'s current size and sha256 in meta.json, as if the checkpoint had been written that way."""
