@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from learner.checkpoint import CheckpointError, eval_only, load_checkpoint, save_checkpoint
@@ -31,15 +32,24 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    path = save_checkpoint(args.out, eval_only(data))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    small = eval_only(data)
+    stage = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))  # sized first: an oversized copy writes nothing
+    try:
+        staged = save_checkpoint(stage, small)
+        size = sum(f.stat().st_size for f in staged.rglob("*") if f.is_file())
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if size > MAX_BYTES:
+        print(f"error: {args.source}: its evaluation-only copy is {size} bytes, over the {MAX_BYTES}-byte limit for a "
+              f"shipped checkpoint; nothing written", file=sys.stderr)
+        return 2
+    path = save_checkpoint(out, small)
     metrics = (data.path or Path(args.source)).parent / "metrics.jsonl"
     if metrics.is_file():  # the learning curve travels too (make eval draws it)
-        shutil.copyfile(metrics, Path(args.out) / "metrics.jsonl")
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        shutil.copyfile(metrics, out / "metrics.jsonl")
     print(f"wrote {path} ({size / 2**20:.1f} MiB)")
-    if size > MAX_BYTES:
-        print(f"error: {path} is {size} bytes, over the {MAX_BYTES}-byte limit for a shipped checkpoint", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -36,6 +36,24 @@ def test_export_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_an_export_over_the_size_limit_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    from evaluate import export
+    from tests.test_learner_fakes import make_learner
+
+    learner = make_learner()
+    try:
+        learner.save_checkpoint(tmp_path / "run")
+    finally:
+        learner.close()
+    assert export.main([str(tmp_path / "run"), str(tmp_path / "ok")]) == 0
+    size = sum(f.stat().st_size for f in (tmp_path / "ok" / "checkpoint").rglob("*") if f.is_file())
+    monkeypatch.setattr(export, "MAX_BYTES", size - 1)
+    assert export.main([str(tmp_path / "run"), str(tmp_path / "big")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and f"{size} bytes" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok", "run"]  # no out dir, no staging left
+
+
 def test_proxy_refuses_a_non_positive_duration(tmp_path: Path) -> None:
     proc = _run("bench.proxy", str(tmp_path / "run"), "--seed", "0", "--seconds", "0")
     assert proc.returncode == 2 and "--seconds=0.0" in proc.stderr
