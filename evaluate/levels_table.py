@@ -1,0 +1,137 @@
+"""`python -m evaluate.levels_table [SUITE_JSON ...] [--write | --check]`: the README's Levels table.
+
+Built from the suites' JSON only (default: every `docs/suite/*/suite.json`), so the table says what the
+shipped checkpoints measurably do. One row per level and evaluated checkpoint: the checkpoint trained on
+that level first, then any other checkpoint evaluated there (what a policy trained on another level
+does on it). Columns: the flag rate and mean x_pos over the suite's episodes, the training behind the
+checkpoint (env steps from its counters; minutes, machine and date from the `provenance.json` beside it,
+"not recorded" where there is none) and the random policy's row for the level.
+
+`--write` replaces the block between the README's `<!-- levels-table:start -->` and
+`<!-- levels-table:end -->` markers; `--check` exits 1 when that block differs from what the suites
+give (the test suite runs it). Exit status 2: a missing or malformed suite file, or a README without
+the markers (one line naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- levels-table:start -->", "<!-- levels-table:end -->"
+HEADER = ("| level | checkpoint (trained on) | flags at epsilon 0.05 | mean x_pos | training | random policy: "
+          "flags, mean x_pos |\n|---|---|---:|---:|---|---:|")
+
+
+class TableError(Exception):
+    """Bad input (exit 2): the message is one line naming it."""
+
+
+def default_suites(root: Path = ROOT) -> list[Path]:
+    return sorted((root / "docs" / "suite").glob("*/suite.json"))
+
+
+def _level_of(env_id: str) -> str:
+    """`SuperMarioBros-1-2-v0` -> `1-2` (other versions keep their suffix: `1-2-v1`)."""
+    parts = env_id.split("-")
+    if len(parts) == 4 and parts[0] == "SuperMarioBros":
+        return f"{parts[1]}-{parts[2]}" + ("" if parts[3] == "v0" else f"-{parts[3]}")
+    return env_id
+
+
+def _training(checkpoint: dict[str, Any], root: Path) -> str:
+    steps = int(checkpoint.get("counters", {}).get("env_steps", 0))
+    text = f"{steps / 1000:,.0f}k env steps"
+    prov_path = root / Path(checkpoint["path"]).parent / "provenance.json"
+    if not prov_path.is_file():
+        return f"{text}; time and machine not recorded"
+    try:
+        prov = json.loads(prov_path.read_text())
+        return f"{text}, {prov['training_minutes']:.0f} min on {prov['machine']} ({prov['date']})"
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TableError(f"{prov_path}: needs training_minutes, machine and date ({type(exc).__name__}: {exc})") from exc
+
+
+def rows(suite: dict[str, Any], root: Path = ROOT) -> list[tuple[str, bool, str]]:
+    """(level, trained on it, table row) for every level x checkpoint of one suite."""
+    by_path = {c["path"]: c for c in suite["checkpoints"]}
+    out = []
+    for level in suite["levels"]:
+        rnd = level["random"]
+        random_cell = f"{rnd['flag_rate']:.0%}, {rnd['mean_x_pos']:,.0f}"
+        for result in level["checkpoints"]:
+            ckpt = by_path[result["checkpoint"]]
+            trained_on = _level_of(ckpt["env"]["env_id"])
+            name = Path(ckpt["path"]).parent.name
+            flags = round(result["flag_rate"] * result["episodes"])
+            out.append((level["name"], trained_on == level["name"],
+                        f"| {level['name']} | `{name}` ({trained_on}) | {flags}/{result['episodes']} "
+                        f"({result['flag_rate']:.0%}) | {result['mean_x_pos']:,.0f} | {_training(ckpt, root)} | "
+                        f"{random_cell} |"))
+    return out
+
+
+def render(paths: Sequence[Path], root: Path = ROOT) -> str:
+    """The table for `paths`: levels in order, each level's own checkpoints first."""
+    collected = []
+    for path in paths:
+        try:
+            suite = json.loads(Path(path).read_text())
+            collected += rows(suite, root)
+        except OSError as exc:
+            raise TableError(f"{path}: cannot read ({exc.strerror})") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TableError(f"{path}: not a suite.json ({type(exc).__name__}: {exc})") from exc
+    if not collected:
+        raise TableError("no suite results: pass suite.json files (python -m evaluate.suite writes them)")
+    collected.sort(key=lambda r: (r[0], not r[1]))
+    return "\n".join([HEADER, *(r[2] for r in collected)])
+
+
+def splice(readme: str, table: str, where: str = "README.md") -> str:
+    """`readme` with the block between the markers replaced by `table`."""
+    start, end = readme.find(START), readme.find(END)
+    if start < 0 or end < start:
+        raise TableError(f"{where}: no '{START}' ... '{END}' block to fill")
+    return readme[: start + len(START)] + "\n" + table + "\n" + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evaluate.levels_table", description=__doc__.splitlines()[0])
+    ap.add_argument("suites", type=Path, nargs="*", help="suite.json files (default: docs/suite/*/suite.json)")
+    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="replace the README's table")
+    mode.add_argument("--check", action="store_true", help="exit 1 if the README's table is not the suites' table")
+    args = ap.parse_args(argv)
+    try:
+        table = render(args.suites or default_suites())
+        if not (args.write or args.check):
+            print(table)
+            return 0
+        try:
+            readme = args.readme.read_text()
+        except OSError as exc:
+            raise TableError(f"{args.readme}: cannot read ({exc.strerror})") from exc
+        new = splice(readme, table, str(args.readme))
+    except TableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != readme:
+            print(f"{args.readme}: the Levels table differs from the suites' (python -m evaluate.levels_table --write)",
+                  file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(new)
+    print(f"wrote the Levels table into {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
