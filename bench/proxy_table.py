@@ -4,7 +4,8 @@ Learning per env step does not depend on how fast the steps came, so runs made o
 drifting machine compare here where their minutes would not. Per run: env steps, updates and
 updates per env step at the end; the least-exploring slot's mean x_pos over its last 20 episodes
 (`mean_x_pos_20_greedy`) averaged over the 25k env steps up to each milestone; the head's periodic evaluations; the
-final evaluation (`RUN/final_eval/eval.json`: 10 episodes at epsilon 0.05).
+final evaluation (`RUN/final_eval/eval.json`: 10 episodes at epsilon 0.05; `RUN/final_eval.json`, the
+same file, in the copies kept under docs/).
 
     python -m bench.proxy_table runs/scale/a-s0 runs/scale/u-s0 [--labels a u] [--milestones 50000,100000]
         [--json OUT.json]
@@ -64,6 +65,8 @@ def summarize_run(run_dir: Path, label: str, milestones: tuple[int, ...] = DEFAU
     row["periodic_evals"] = [{"env_steps": e.get("env_steps"), "mean_x_pos": e.get("mean_x_pos"),
                               "flag_rate": e.get("flag_rate")} for e in evals]
     final = run_dir / "final_eval" / "eval.json"
+    if not final.is_file():
+        final = run_dir / "final_eval.json"
     if final.is_file():
         summary = json.loads(final.read_text())["summary"]
         row["final_eval"] = {k: summary.get(k) for k in ("episodes", "mean_x_pos", "max_x_pos", "flag_rate",

@@ -44,3 +44,10 @@ def test_main_writes_json_and_refuses_a_missing_run(tmp_path, capsys):
     assert "metrics.jsonl: not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         proxy_table.main([])
+
+
+def test_a_kept_copy_s_final_eval_json_is_read(tmp_path):
+    run = _run(tmp_path, "kept", [{"env_steps": 1000, "updates": 250}])
+    (run / "final_eval.json").write_text(json.dumps({"summary": {"episodes": 10, "mean_x_pos": 1458.0, "flag_rate": 0.0}}))
+    row = proxy_table.summarize_run(run, "kept", milestones=(50_000,))
+    assert row["final_eval"]["mean_x_pos"] == 1458.0
