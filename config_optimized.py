@@ -37,6 +37,18 @@ from shared.config import (
 from shared.config_checks import estimate_replay_bytes
 from shared.sizes import available_memory_bytes
 
+# The per-env-step rule (BENCHMARKS.md, "Per env step"; 200k-env-step runs on the 2-core VM, where learning per
+# env step is measured as on any machine): what moves learning per env step is the number of gradient updates per
+# env step, not the samples in each update or the number of env streams. The CPU recipe, 0.25 updates of 32 per
+# env step, reached 1,397-1,567 mean x_pos (least-exploring stream, 2 seeds) by 200k env steps; a quarter of the
+# updates flattened at 1,029-1,085 (2 seeds); a quarter of the updates at 4x the batch did not make it up (910,
+# 1 seed); 2 x 64 streams with per-stream epsilons at 0.25 learned as well by evaluation (1 seed). So every
+# profile keeps batch 32 at 8 samples per insert, and where the learner cannot keep that ratio its collectors
+# wait (max_insert_lead) instead of letting the ratio fall: a GPU box then collects at ~4x its learner's rate.
+RULE_BATCH = 32
+RULE_SAMPLES_PER_INSERT = 8.0  # 0.25 updates per env step at RULE_BATCH
+GPU_INSERT_LEAD = 50_000  # ~12 chunks of 32 envs x 128 steps: collectors stream freely, the ratio holds over a run
+
 
 def cpu_profile() -> Config:
     """This 2-core, 24 GiB, no-GPU machine: collectors on both cores, a light bf16 learner."""
@@ -49,7 +61,7 @@ def cpu_profile() -> Config:
         transport=TransportConfig(max_chunks_in_flight=2),
         learner=LearnerConfig(
             device="cpu",
-            batch_size=32,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
+            batch_size=RULE_BATCH,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
             precision="auto",  # bf16 where the CPU has native bf16 kernels (AVX512-BF16/AMX), else fp32
             compile_mode="off",  # compile time (tens of s) is not repaid on a 2-core box
             # the whole update as one compiled device step (step_mode="captured") took 38% more CPU per update
@@ -59,7 +71,7 @@ def cpu_profile() -> Config:
             warmup_transitions=5_000,
             # each transition replayed 8 times; collectors wait once they lead that ratio by 2,000
             # transitions, so the learner's ~25 updates/s set the pace on 2 cores (BENCHMARKS.md, "Mario 1-1")
-            samples_per_insert=8.0,
+            samples_per_insert=RULE_SAMPLES_PER_INSERT,
             max_insert_lead=2000,
             weight_broadcast_every=100,
             # 100k frames: ~0.7 GB and a few seconds per checkpoint, so a run in segments (--resume) goes on
@@ -70,13 +82,14 @@ def cpu_profile() -> Config:
 
 
 def gpu_workstation_profile() -> Config:
-    """8-16 cores and one consumer GPU (e.g. 24 GB): most cores collect, frames live on the GPU."""
+    """8-16 cores and one consumer GPU (e.g. 24 GB): most cores collect, frames live on the GPU; the per-env-step rule."""
     return Config(
         collectors=CollectorConfig(count=10, envs_per_collector=16, chunk_steps=128),
         replay=ReplayConfig(capacity=1_000_000, storage_device="auto", gpu_memory_fraction=0.4),
+        transport=TransportConfig(max_chunks_in_flight=2),  # gated collectors send fresh data (see cpu_profile)
         learner=LearnerConfig(
             device="cuda",
-            batch_size=256,
+            batch_size=RULE_BATCH,
             grad_accum_steps=1,
             precision="auto",  # fp16 + GradScaler (bf16 where supported and asked for)
             # CUDA graphs: a DQN update is ~190 small kernels, so launch overhead, not the GPU, sets the
@@ -84,46 +97,44 @@ def gpu_workstation_profile() -> Config:
             compile_mode="reduce-overhead",
             lr=2.5e-4,
             warmup_transitions=50_000,
-            samples_per_insert=8.0,
+            samples_per_insert=RULE_SAMPLES_PER_INSERT,
+            max_insert_lead=GPU_INSERT_LEAD,
             weight_broadcast_every=200,
         ),
     )
 
 
 def gpu_server_profile() -> Config:
-    """16+ cores and an H100-class GPU: every core but two collects, the learner never waits on data.
+    """16+ cores and an H100-class GPU: every core but two collects; the learner keeps the per-env-step rule.
 
-    Measured on one H100 with 16 cores (BENCHMARKS.md, "GPU figures"): the update is bound by kernel
-    launches on the host (~10 ms of CPU per update eager, 1.3 ms of GPU work), so updates/s barely
-    depend on the batch (111 at 256 and 512, 118 at 2048): take a big batch, it is nearly free, and
-    CUDA graphs. 14 collectors make ~1,430 env steps/s, so the replay ratio, not the GPU, limits updates.
+    Measured (BENCHMARKS.md): 14 collectors make ~1,430 env steps/s on the H100 box, and holding 0.25 updates
+    per env step there takes ~360 updates/s of batch 32. The eager learner is bound by kernel launches on the
+    host (~110 updates/s at any batch, 181 with CUDA graphs over the networks), so the insert gate holds
+    collection to ~4x its rate; the whole update as one CUDA graph (step_mode="captured": 1,750 updates/s at
+    batch 32 on one H200) keeps the full collection rate. No run has trained with these values yet: they come
+    from the per-env-step runs, not from a GPU run.
     """
     cores = os.cpu_count() or 1
     return Config(
         # two cores stay free: the learner's launch-bound main thread and the head's consolidation thread
         collectors=CollectorConfig(count=max(1, min(30, cores - 2)), envs_per_collector=32, chunk_steps=128),
         replay=ReplayConfig(capacity=2_000_000, storage_device="auto", gpu_memory_fraction=0.5),
+        transport=TransportConfig(max_chunks_in_flight=2),  # gated collectors send fresh data (see cpu_profile)
         learner=LearnerConfig(
             device="cuda",
-            batch_size=512,
-            grad_accum_steps=1,  # 512 (even 2048) fits an 80 GB GPU in one pass: accumulation only adds launches
+            batch_size=RULE_BATCH,
+            grad_accum_steps=1,
             precision="bf16",  # H100 supports bf16: no GradScaler needed
-            compile_mode="reduce-overhead",  # CUDA graphs: 181 vs 111 updates/s at batch 512 (H100)
+            compile_mode="reduce-overhead",  # CUDA graphs over the networks: 181 vs 111 updates/s (H100, batch 512)
             # step_mode="captured" (with compile_mode="off") replays the whole update, sampling included, as one
-            # CUDA graph: 965 updates/s at batch 512 and 1,478 at 64 on one H200, 9-15x eager (BENCHMARKS.md).
+            # CUDA graph: 1,750 updates/s at batch 32 and 965 at 512 on one H200, 9-16x eager (BENCHMARKS.md).
             # eager until a run of the head has trained with it on a GPU (bench/gpu_proof.sh's runs step)
             step_mode="eager",
-            lr=5e-4,
+            lr=2.5e-4,  # the CPU recipe's (Mario's preset sets it too)
             warmup_transitions=50_000,  # ~35 s of 14 collectors
-            # each transition replayed 32 times: ~90 updates/s of 512 at 1,430 env steps/s, half of what the
-            # learner can do with CUDA graphs. The 7-minute H100 run did 0.045 updates per env step and learned
-            # ~4x slower per env step than the CPU run's 0.25 (BENCHMARKS.md): updates per env step matter.
-            # On the CPU at batch 32, 0.06 updates per env step reached 1,029 mean x_pos by 200k env steps against
-            # 1,567 at 0.25 (one seed, BENCHMARKS.md "Per env step"), and batch 128 at the same 0.06 updates per env
-            # step did not win it back (910): updates per env step, not samples, look like the lever. Stream count
-            # and second seeds are being measured the same way; these values stay as set until they are
-            samples_per_insert=32.0,
-            weight_broadcast_every=200,  # ~2 s at ~90 updates/s
+            samples_per_insert=RULE_SAMPLES_PER_INSERT,
+            max_insert_lead=GPU_INSERT_LEAD,
+            weight_broadcast_every=200,  # 1-2 s at the eager learner's 110-180 updates/s
         ),
     )
 
