@@ -11,6 +11,7 @@
 #   bash bench/gpu_proof.sh                      # .venv/bin/python if there is one, else python3
 #   PY=python3 bash bench/gpu_proof.sh           # a machine's own Python (PYTHONPATH=/tmp/site, docs/GPU.md)
 #   RUN_SECONDS=180 RUN_MODES="eager captured" bash bench/gpu_proof.sh
+#   RUN_SETS="logging.eval_every_s=120" bash bench/gpu_proof.sh   # more overrides for the runs
 # Where device time is short, the steps can be chosen and ordered, and their limits shortened:
 #   STEPS="bench tests runs" BENCH_LIMIT=300 BENCH_ARGS="--repeats 1 --batches 512,64,32 --precisions auto"
 #   TESTS_LIMIT=150 TESTS="tests/test_device_step.py -k cuda" RUN_SECONDS=90 RUN_MODES=captured
@@ -29,6 +30,7 @@ RUN_MODES=${RUN_MODES:-"eager captured"}  # learner.step_mode of each Mario run
 # the profiles' 50,000-transition warmup takes ~60 s of start-up and collection on a 16-core box: a short
 # run would end before its first update, so the proof's runs start learning at 20,000
 RUN_WARMUP=${RUN_WARMUP:-20000}
+RUN_SETS=${RUN_SETS:-}  # more --set overrides for the runs, e.g. "logging.eval_every_s=120 learner.batch_size=64"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -102,6 +104,7 @@ runs() {
         local smi=$!
         local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
         if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
+        for kv in $RUN_SETS; do sets+=(--set "$kv"); done
         step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
             --run-dir "$run" "${sets[@]}"
         kill "$smi" 2>/dev/null
