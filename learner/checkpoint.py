@@ -58,6 +58,7 @@ from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers cat
     nonfinite_report,
 )
 from shared.env_spec import EnvSpec
+from shared.tempdirs import start_ticks
 
 FORMAT_VERSION = 1
 TMP_PREFIX = ".checkpoint.tmp-"  # + the writer's pid
@@ -233,22 +234,13 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
     return final
 
 
-def _pid_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it runs
-        return True
-    return True
-
-
 def remove_dead_writers_temps(run: Path) -> list[Path]:
-    """Remove `run`'s `.checkpoint.tmp-<pid>` dirs whose writer no longer runs; returns them."""
+    """Remove `run`'s `.checkpoint.tmp-<pid>` dirs whose writer no longer runs (gone or a zombie, as
+    `shared.tempdirs` decides for its folders); returns them."""
     removed = []
     for path in run.glob(f"{TMP_PREFIX}*"):
         suffix = path.name[len(TMP_PREFIX):]
-        if not suffix.isdigit() or int(suffix) == os.getpid() or _pid_runs(int(suffix)):
+        if not suffix.isdigit() or int(suffix) == os.getpid() or start_ticks(int(suffix)) is not None:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
