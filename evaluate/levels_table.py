@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluate.levels import LevelError, parse_level
+
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- levels-table:start -->", "<!-- levels-table:end -->"
 HEADER = ("| level | checkpoint (trained on) | flags at epsilon 0.05 | mean x_pos | training | random policy: "
@@ -37,11 +39,11 @@ def default_suites(root: Path = ROOT) -> list[Path]:
 
 
 def _level_of(env_id: str) -> str:
-    """`SuperMarioBros-1-2-v0` -> `1-2` (other versions keep their suffix: `1-2-v1`)."""
-    parts = env_id.split("-")
-    if len(parts) == 4 and parts[0] == "SuperMarioBros":
-        return f"{parts[1]}-{parts[2]}" + ("" if parts[3] == "v0" else f"-{parts[3]}")
-    return env_id
+    """A checkpoint's training env as the suite names levels (`1-2`, `1-2-v1`, `random W1`); the id otherwise."""
+    try:
+        return parse_level(env_id).name
+    except LevelError:  # e.g. the full game, SuperMarioBros-v0: no level of its own
+        return env_id
 
 
 def _training(checkpoint: dict[str, Any], root: Path) -> str:
