@@ -9,20 +9,23 @@ Without --slot this is a launcher: it starts N collector processes (this same co
 --slot i --parent-pid <launcher>) and waits, forwarding SIGTERM/SIGINT. With --slot it is
 one collector: register, collect until SIGTERM/SIGINT, a STOP broadcast or head silence, then
 close its sockets with linger 0. Local children ask the kernel for SIGTERM when their parent
-dies (PR_SET_PDEATHSIG), so they never outlive the head.
+dies (PR_SET_PDEATHSIG), so they never outlive the head. `kill -USR1 PID` writes every thread's
+stack to the collector's log (where a stuck collector is stuck).
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+
+from shared.stop_flag import StopFlag
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported
 log = logging.getLogger("actors")
@@ -70,7 +73,7 @@ def run_one(args: argparse.Namespace) -> int:
     from actors.session import collect
     from shared.config import ConfigError
 
-    stop = threading.Event()
+    stop = StopFlag()  # not a threading.Event: a second signal inside the handler's set() would deadlock on its lock
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
@@ -98,7 +101,7 @@ def launch(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         log.error("%s", " ".join(str(exc).split()))
         return 2
-    stop = threading.Event()
+    stop = StopFlag()  # not a threading.Event: a second signal inside the handler's set() would deadlock on its lock
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     procs = []
@@ -129,6 +132,7 @@ def launch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack to stderr
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s[%(process)d] %(message)s")
     if args.parent_pid:
         die_with_parent(args.parent_pid)

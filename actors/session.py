@@ -8,19 +8,19 @@ context and talking to it over `inproc://` with the same messages, byte for byte
 from __future__ import annotations
 
 import logging
-import threading
 
 import zmq
 
 from actors.client import HeadLink, register
 from actors.collector import Collector
 from shared.keys import CurveClient
+from shared.stop_flag import StopRequest
 from shared.weights import network_template
 
 log = logging.getLogger("actors")
 
 
-def collect(ctx: zmq.Context, connect: str, slot: int, stop: threading.Event, curve: CurveClient | None = None,
+def collect(ctx: zmq.Context, connect: str, slot: int, stop: StopRequest, curve: CurveClient | None = None,
             register_timeout_s: float = 60.0) -> str:
     """Run one collector until STOP, head silence or `stop`; returns why it ended. A collector whose
     registration the head reclaimed (it stopped sending CREDIT) registers again with a new HELLO.
@@ -32,7 +32,7 @@ def collect(ctx: zmq.Context, connect: str, slot: int, stop: threading.Event, cu
             return reason
 
 
-def _collect_once(ctx: zmq.Context, connect: str, slot: int, stop: threading.Event, curve: CurveClient | None,
+def _collect_once(ctx: zmq.Context, connect: str, slot: int, stop: StopRequest, curve: CurveClient | None,
                   register_timeout_s: float) -> tuple[str, bool]:
     """One registration's life: (why it ended, whether the head had reclaimed it)."""
     welcome = register(ctx, connect, slot, curve, register_timeout_s, should_stop=stop.is_set)

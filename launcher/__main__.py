@@ -19,10 +19,10 @@ import errno  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 
 from launcher.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FORCED, EXIT_OK, EXIT_PROGRESS_LOST, parse_args  # noqa: E402
 from shared.config import ConfigError  # noqa: E402
+from shared.stop_flag import StopFlag  # noqa: E402
 
 log = logging.getLogger("mario_apex")
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from launcher.head import FAILURE_REASONS, Head, StopAt
     from learner.checkpoint import CheckpointError
 
-    stop = threading.Event()
+    stop = StopFlag()  # set by the handler below: an Event's lock could deadlock it
     head_box: list[Head] = []
 
     def on_signal(signum, _frame) -> None:

@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from shared.env_factory import env_spec
 from shared.env_spec import EnvSpec
 from shared.keys import load_server
 from shared.protocol import ObsSpec
+from shared.stop_flag import StopFlag, StopRequest
 from shared.tempdirs import owned_tempdir, sweep_stale
 
 log = logging.getLogger("mario_apex.head")
@@ -222,7 +222,7 @@ class Head:
         log.info("resumed from %s: %s", ckpt, self.counters)
 
     # ------------------------------------------------------------------ main loop
-    def run(self, stop_at: StopAt, stop_event: threading.Event) -> dict[str, Any]:
+    def run(self, stop_at: StopAt, stop_event: StopRequest) -> dict[str, Any]:
         cfg = self.cfg
         self.supervisor.start()
         started = time.monotonic()
@@ -238,7 +238,7 @@ class Head:
                 self.learner.maybe_train()  # sleeps briefly by itself when warming up or throttled
             else:  # drain-only (benchmarks): the consolidation thread writes; this thread is the only reader
                 self.replay.sync()
-                stop_event.wait(0.01)
+                time.sleep(0.01)
             now = time.monotonic()
             if now >= next_log:
                 self._log_progress()
@@ -387,12 +387,12 @@ def run_training(
     train: bool = True,
     max_updates: int | None = None,
     resume: str | Path | None = None,
-    stop_event: threading.Event | None = None,
+    stop_event: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Run a whole training cluster in this process until a limit or `stop_event`; return a summary."""
     head = Head(cfg, Path(run_dir), train=train, resume=Path(resume) if resume else None)
     try:
-        return head.run(StopAt(max_env_steps, max_updates, max_seconds), stop_event or threading.Event())
+        return head.run(StopAt(max_env_steps, max_updates, max_seconds), stop_event or StopFlag())
     finally:
         head.close()
 
