@@ -388,7 +388,8 @@ def test_a_head_trains_with_the_device_step_checkpoints_and_resumes(tmp_path, de
     try:
         assert second.learner.updates == summary["updates"] and second.env_steps() == steps
         resumed = second.run(StopAt(env_steps=steps + 1_000), threading.Event())
-        with second.learner._source.pause():
+        # check_valid needs the writer quiescent too: collectors still stream until close()
+        with second.consolidation.writes_paused(), second.learner._source.pause():
             second.replay.check_valid()
     finally:
         second.close(checkpoint=False)

@@ -88,7 +88,9 @@ def test_gate_serves_collectors_fairly_and_never_kills_them(tmp_path, credits: i
     assert summary["restarts"] == 0 and head.supervisor.stall_kills == 0, "flow control was taken for a stall"
     assert stats.registrations == 2 and stats.reclaimed == 0
     by_slot = [stats.transitions_by_slot.get(slot, 0) for slot in (0, 1)]
-    assert min(by_slot) > 0 and max(by_slot) <= 2 * min(by_slot), f"unfair service: {by_slot}"
+    # a fair gate on a loaded 2-core machine still meets collectors that got unequal CPU (up to ~2x measured);
+    # a gate that favours one collector starves the other far beyond 3x
+    assert min(by_slot) > 0 and max(by_slot) <= 3 * min(by_slot), f"unfair service: {by_slot}"
     # lag: what sits in flight when the gate is shut, in updates. Credits bound it to a few chunks per collector;
     # without them the high-water marks (16 + 64 messages of 8-transition chunks) hold more
     bound = 150 if credits else 600
