@@ -26,15 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from evaluate.evaluate import play_episode, summarize
-from evaluate.levels import Level, LevelError, check_env_config, level_env_config, make_level_env, parse_levels
+from evaluate.levels import Level, LevelError, check_env_config, level_env_config, parse_levels
 from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, EnvConfig
+from shared.env_factory import make_env
 
 
 def run_baseline(env_cfg: EnvConfig, episodes: int, seed: int = 0, max_steps: int | None = None,
                  verbose: bool = True) -> dict:
     """Random episodes on `env_cfg`; the JSON dict (summary plus per-episode numbers)."""
     rng = np.random.default_rng(seed)
-    env = make_level_env(env_cfg)
+    env = make_env(env_cfg)
     n = int(env.action_space.n)
     results = []
     t0 = time.perf_counter()

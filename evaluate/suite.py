@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from evaluate.evaluate import EvalError, Policy, epsilon_greedy, find_baseline, load_greedy, load_run, play_episode
-from evaluate.levels import Level, LevelError, check_env_config, level_env_config, make_level_env, parse_levels
+from evaluate.levels import Level, LevelError, check_env_config, level_env_config, parse_levels
 from evaluate.suite_report import Played, SuiteSettings, build_report, display_path
 from shared.config import ConfigError, is_mario
+from shared.env_factory import make_env
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -135,7 +136,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         greedy = None
         for level in settings.levels:
             t0 = time.perf_counter()
-            env = make_level_env(level_env_config(cfg.env, level))
+            env = make_env(level_env_config(cfg.env, level))
             try:
                 if greedy is None:  # every level env has the checkpoint's geometry: load the network once
                     greedy, stack, num_actions = load_greedy(data, env)

@@ -22,6 +22,7 @@ class ProgressTracker:
         self._seen_episodes = 0
         self._best_x = 0
         self._flags = 0
+        self._stages: dict[str, dict[str, int]] = {}  # Mario "W-S" -> episodes, flags, best x_pos since the start
         self._start = time.monotonic()
         self._last_t = self._start
         self._last_steps = base_env_steps
@@ -66,6 +67,7 @@ class ProgressTracker:
             "greedy_epsilon": min((c["epsilon"] for c in live), default=float("nan")),
             "best_x_pos": self._best_x,
             "flags": self._flags,
+            "stages": {stage: dict(counts) for stage, counts in sorted(self._stages.items())},
             "weight_version": weight_version,
             "weight_lag": (weight_version - min(versions)) if versions else float("nan"),
             "epsilon_mean": _mean(epsilons),
@@ -98,6 +100,12 @@ class ProgressTracker:
             self._episodes.append(episode)
             self._best_x = max(self._best_x, int(episode.x_pos))
             self._flags += int(bool(episode.flag_get))
+            if episode.world:  # a Mario episode says its stage (random stages draw one per episode)
+                counts = self._stages.setdefault(f"{episode.world}-{episode.stage}",
+                                                 {"episodes": 0, "flags": 0, "best_x_pos": 0})
+                counts["episodes"] += 1
+                counts["flags"] += int(bool(episode.flag_get))
+                counts["best_x_pos"] = max(counts["best_x_pos"], int(episode.x_pos))
         self._seen_episodes = stats.episodes
 
     @staticmethod
@@ -116,6 +124,8 @@ class ProgressTracker:
             f"collectors {r['collectors_alive']} ({r.get('collectors_waiting', 0)} waiting) restarts {r['restarts']}"
             + (f" eval x {r['eval_mean_x_pos']:,.0f} flags {round(r['eval_flag_rate'] * r['eval_episodes'])}/"
                f"{r['eval_episodes']} @{r['eval_updates']:,}" if r.get("eval_episodes") else "")
+            + (" stages " + " ".join(f"{s} {c['flags']}/{c['episodes']}" for s, c in r["stages"].items())
+               if len(r.get("stages") or {}) > 1 else "")
             + (f" HEAD ERRORS {r['consolidation_errors']}" if r.get("consolidation_errors") else "")
             + f" {r.get('ratio_state', '')}".rstrip()
         )

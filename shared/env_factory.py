@@ -8,6 +8,7 @@ Mario ids (SMB1 only; the reward reads SMB1 RAM):
     SuperMarioBros-vN        full game (N = 0 vanilla; 1/2/3 = downsample/pixel/rectangle ROMs,
                               only on gym-super-mario-bros 7.4)
     SuperMarioBros-W-S-vN    one stage, W in 1..8, S in 1..4
+    SuperMarioBrosRandomStages-vN  World 1's four stages, one drawn per episode (shared/mario_stages.py)
 Atari ids (ale-py, ROMs in its wheel): ALE/<Game>-v5 -> shared/atari_env.py, the standard DQN
 preprocessing (no-op starts, skip + max-pool, 84x84 gray, life loss terminal, FIRE reset, clipping).
 Any other registered Gymnasium id (CartPole-v1, ApeXCounting-v0, ...): `gymnasium.make(id)` with
@@ -32,6 +33,7 @@ from shared.config import ConfigError, EnvConfig, is_atari, is_mario
 from shared.env_spec import EnvSpec
 from shared.image_obs import GrayResizeObservation, is_image_space
 from shared.mario_actions import check_action_set
+from shared.mario_stages import RandomStagesEnv, is_random_stages, stage_configs, stage_env_ids
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
 _ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
@@ -40,18 +42,21 @@ _ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
 def _mario_ids() -> list[str]:
     ids = [f"SuperMarioBros-v{v}" for v in range(4)]
     ids += [f"SuperMarioBros-{w}-{s}-v{v}" for v in range(4) for w in range(1, 9) for s in range(1, 5)]
+    ids += [f"SuperMarioBrosRandomStages-v{v}" for v in range(4)]
     return ids
 
 
 def parse_mario_id(env_id: str) -> tuple[tuple[int, int] | None, str]:
-    """(target (world, stage) or None for the full game, rom_mode); ConfigError (a ValueError) for unsupported ids."""
+    """(target (world, stage) or None for the full game, rom_mode) of a full-game or stage id; ConfigError (a
+    ValueError) for unsupported ids (a random-stages id is its stages': `stage_env_ids`)."""
     match = _MARIO_ID.match(env_id)
     if match is None:
         close = difflib.get_close_matches(env_id, _mario_ids(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(
-            f"unknown Mario env id {env_id!r}: supported are SuperMarioBros-vN (full game) and "
-            f"SuperMarioBros-W-S-vN (W 1-8, S 1-4, N 0-3; Lost Levels, SMB2/SMB3 and random stages are not supported){hint}"
+            f"unknown Mario env id {env_id!r}: supported are SuperMarioBros-vN (full game), "
+            f"SuperMarioBros-W-S-vN (W 1-8, S 1-4) and SuperMarioBrosRandomStages-vN (World 1's stages at random), "
+            f"N 0-3; Lost Levels and SMB2/SMB3 are not supported{hint}"
         )
     target = None
     if match["world"] is not None:
@@ -89,7 +94,8 @@ def check_env_id(env_id: object) -> None:
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"env_id={env_id!r} is invalid: allowed a registered Gymnasium id or a SuperMarioBros id")
     if is_mario(env_id):
-        parse_mario_id(env_id)
+        for stage_id in stage_env_ids(env_id):
+            parse_mario_id(stage_id)
     else:
         _ensure_registered(env_id)
 
@@ -99,6 +105,8 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     check_action_set(env_config.action_set)
     env_id = env_config.env_id
     check_env_id(env_id)
+    if is_random_stages(env_id):
+        return RandomStagesEnv(stage_configs(env_config), lambda stage: make_env(stage, render_mode), render_mode)
     if is_mario(env_id):
         target, rom_mode = parse_mario_id(env_id)
         from shared.mario_env import MarioEnv  # imported lazily: it loads the emulator packages
@@ -152,7 +160,7 @@ def env_spec(env_config: EnvConfig, env: gym.Env | None = None) -> EnvSpec:
     env_id = env_config.env_id
     check_env_id(env_id)
     if is_mario(env_id):
-        _, rom_mode = parse_mario_id(env_id)
+        _, rom_mode = parse_mario_id(stage_env_ids(env_id)[0])
         if rom_mode != "vanilla":
             from shared.mario_emulator import package_generation
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,33 @@ def test_make_env_builds_mario_env() -> None:
         env.close()
 
 
+def test_random_stages_spec_is_a_stages_spec_without_an_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.mario_emulator as emulator
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("env_spec built an emulator")
+
+    monkeypatch.setattr(emulator.MarioEmulator, "__init__", boom)
+    stage = EnvConfig(env_id="SuperMarioBros-1-3-v0", action_set="simple", frame_size=64)
+    assert env_spec(replace(stage, env_id="SuperMarioBrosRandomStages-v0")) == env_spec(stage)
+
+
+def test_make_env_builds_random_stages_that_train_on_the_stage_drawn() -> None:
+    env = make_env(EnvConfig(env_id="SuperMarioBrosRandomStages-v0", action_set="right_only"))
+    try:
+        assert env.action_space.n == 5 and env.observation_space.shape == (84, 84)
+        stages = set()
+        _, info = env.reset(seed=11)  # the first seeded reset fixes every later draw, as a collector's streams do
+        for _ in range(8):
+            stages.add((info["world"], info["stage"]))
+            obs, _, _, _, step_info = env.step(1)
+            assert obs.shape == (84, 84) and (step_info["world"], step_info["stage"]) == (info["world"], info["stage"])
+            _, info = env.reset()
+        assert len(stages) > 1 and all(world == 1 for world, _ in stages)
+    finally:
+        env.close()
+
+
 def test_parse_mario_ids() -> None:
     assert parse_mario_id("SuperMarioBros-v0") == (None, "vanilla")
     assert parse_mario_id("SuperMarioBros-4-2-v1") == ((4, 2), "downsample")
@@ -91,6 +119,7 @@ def test_parse_mario_ids() -> None:
         ("SuperMarioBros-9-1-v0", "SuperMarioBros-"),
         ("SuperMarioBros-1-1-v7", "SuperMarioBros-1-1-v"),
         ("SuperMarioBros3-v0", "not supported"),
+        ("SuperMarioBrosRandomStages-v4", "did you mean SuperMarioBrosRandomStages-v"),
     ],
 )
 def test_unknown_id_names_id_and_suggests(env_id: str, suggestion: str) -> None:

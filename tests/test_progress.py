@@ -39,3 +39,25 @@ def test_no_episodes_yet_is_not_a_number() -> None:
     record = ProgressTracker(20).record(stats({1: collector(0, 0.4)}, {}), {}, 0, 10_000, 0, 0, {})
     assert math.isnan(record["mean_x_pos_20_greedy"])
     assert "(greedy slot -, flags -)" in ProgressTracker.progress_line(record)
+
+
+def test_stages_count_each_stages_episodes_flags_and_best_x() -> None:
+    episodes = [EpisodeSummary(0, 10, 1.0, x_pos=x, flag_get=f, world=1, stage=s)
+                for x, f, s in ((3000, True, 1), (500, False, 1), (900, False, 2), (3100, True, 4))]
+    tracker = ProgressTracker(20)
+    record = tracker.record(stats({1: collector(0, 0.01)}, {0: episodes}), {}, 1000, 10_000, 0, 0, {})
+    assert record["stages"] == {"1-1": {"episodes": 2, "flags": 1, "best_x_pos": 3000},
+                                "1-2": {"episodes": 1, "flags": 0, "best_x_pos": 900},
+                                "1-4": {"episodes": 1, "flags": 1, "best_x_pos": 3100}}
+    assert record["flags"] == 2
+    assert ProgressTracker.progress_line(record).endswith("stages 1-1 1/2 1-2 0/1 1-4 1/1")
+
+
+def test_one_stage_or_no_stage_adds_nothing_to_the_line() -> None:
+    one = [EpisodeSummary(0, 10, 1.0, x_pos=800, world=1, stage=1)]
+    record = ProgressTracker(20).record(stats({1: collector(0, 0.01)}, {0: one}), {}, 1000, 10_000, 0, 0, {})
+    assert record["stages"] == {"1-1": {"episodes": 1, "flags": 0, "best_x_pos": 800}}
+    assert " stages " not in ProgressTracker.progress_line(record)
+    cartpole = [EpisodeSummary(0, 10, 1.0)]
+    record = ProgressTracker(20).record(stats({1: collector(0, 0.01)}, {0: cartpole}), {}, 1000, 10_000, 0, 0, {})
+    assert record["stages"] == {}

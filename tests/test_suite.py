@@ -19,11 +19,12 @@ from PIL import Image
 
 from evaluate import random_policy as rpb
 from evaluate.evaluate import find_baseline
-from evaluate.levels import RANDOM_STAGES, Level, LevelError, make_level_env, parse_level, parse_levels
+from evaluate.levels import RANDOM_STAGES, Level, LevelError, parse_level, parse_levels
 from evaluate.stats import aggregate, iqm, stratified_bootstrap_ci
 from evaluate.suite import episode_seeds
 from evaluate.suite import main as suite_main
 from shared.config import Config, EnvConfig
+from shared.env_factory import make_env
 from shared.fake_env import COUNTING_ENV_ID
 from tests.cluster_helpers import ROOT, head_env
 from tests.test_evaluate import _make_run
@@ -97,7 +98,7 @@ def test_level_names() -> None:
 
 
 def test_random_stages_draw_world_1_stages_as_the_package_does() -> None:
-    env = make_level_env(replace(SHIPPED_ENV, env_id="SuperMarioBrosRandomStages-v0"))
+    env = make_env(replace(SHIPPED_ENV, env_id="SuperMarioBrosRandomStages-v0"))
     try:
         drawn = []
         for seed in range(6):
