@@ -60,7 +60,6 @@ class RandomStagesEnv(gym.Env):
         self.observation_space = self._current.observation_space
         self.metadata = dict(self._current.metadata)
         self.render_mode = render_mode
-        self.stage_id = self._configs[0].env_id  # the stage of the current episode
 
     def _env(self, index: int) -> gym.Env:
         if index not in self._envs:
@@ -73,7 +72,6 @@ class RandomStagesEnv(gym.Env):
             self._draws.seed(seed)
         index = int(self._draws.choice(len(self._configs)))
         self._current = self._env(index)
-        self.stage_id = self._configs[index].env_id
         return self._current.reset(seed=seed, options=options)
 
     def step(self, action: int) -> tuple[Any, Any, bool, bool, dict]:
