@@ -109,10 +109,11 @@ def gpu_server_profile() -> Config:
 
     Measured (BENCHMARKS.md): 14 collectors make ~1,430 env steps/s on the H100 box, and holding 0.25 updates
     per env step there takes ~360 updates/s of batch 32. The eager learner is bound by kernel launches on the
-    host (~110 updates/s at any batch, 181 with CUDA graphs over the networks), so the insert gate holds
-    collection to ~4x its rate; the whole update as one CUDA graph (step_mode="captured": 1,750 updates/s at
-    batch 32 on one H200) keeps the full collection rate. No run has trained with these values yet: they come
-    from the per-env-step runs, not from a GPU run.
+    host (~110 updates/s at any batch), so the whole update runs as one CUDA graph (step_mode="captured":
+    1,750 updates/s at batch 32 on one H200), which keeps 0.25 updates per env step at the full collection
+    rate. One 6-minute run on one H200 trained with these values (BENCHMARKS.md, "Mario 1-1 on one H200"):
+    1,570 env steps/s, 0.24 updates per env step, greedy x_pos 1,797 at 459k env steps, learning per env
+    step as the CPU recipe does; no 20-minute run, so no time to the first greedy flag yet.
     """
     cores = os.cpu_count() or 1
     return Config(
@@ -125,16 +126,16 @@ def gpu_server_profile() -> Config:
             batch_size=RULE_BATCH,
             grad_accum_steps=1,
             precision="bf16",  # H100 supports bf16: no GradScaler needed
-            compile_mode="reduce-overhead",  # CUDA graphs over the networks: 181 vs 111 updates/s (H100, batch 512)
-            # step_mode="captured" (with compile_mode="off") replays the whole update, sampling included, as one
-            # CUDA graph: 1,750 updates/s at batch 32 and 965 at 512 on one H200, 9-16x eager (BENCHMARKS.md).
-            # eager until a run of the head has trained with it on a GPU (bench/gpu_proof.sh's runs step)
-            step_mode="eager",
+            # the whole update, sampling included, replayed as one CUDA graph: 1,750 updates/s at batch 32 and
+            # 965 at 512 on one H200, 9-16x eager (BENCHMARKS.md); it needs the frames on the GPU (2M frames,
+            # ~14 GiB, fit half of any >= 40 GB card) and compiles itself, so the networks are not compiled apart
+            step_mode="captured",
+            compile_mode="off",
             lr=2.5e-4,  # the CPU recipe's (Mario's preset sets it too)
             warmup_transitions=50_000,  # ~35 s of 14 collectors
             samples_per_insert=RULE_SAMPLES_PER_INSERT,
             max_insert_lead=GPU_INSERT_LEAD,
-            weight_broadcast_every=200,  # 1-2 s at the eager learner's 110-180 updates/s
+            weight_broadcast_every=200,  # ~0.5 s at the ~400 updates/s the rule takes at full collection
         ),
     )
 

@@ -3,8 +3,8 @@
 #   1. the test files that exercise CUDA, with -v (the device step's CUDA-graph test among them);
 #   2. the learner step bench on CUDA, bench.learner_step: eager / device / captured at batch 32, 64, 512
 #      (updates/s, host CPU ms per update, GPU busy fraction, data wait, compile seconds);
-#   3. short trainings of Mario 1-1 with the profile `auto` picks (what `make run` runs), as it is and
-#      with learner.step_mode=captured, nvidia-smi sampled beside them.
+#   3. short trainings of Mario 1-1 with the profile `auto` picks (what `make run` runs), one per
+#      learner.step_mode in RUN_MODES (eager and captured), nvidia-smi sampled beside them.
 # Everything goes to docs/gpu/<date>-<commit>/: raw logs and JSON, the commit, torch/CUDA versions.
 #
 # Usage, from the repository root (docs/GPU.md says how to install on a machine without a registry):
@@ -103,7 +103,9 @@ runs() {
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
         local smi=$!
         local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
-        if [ "$mode" != eager ]; then sets+=(--set "learner.step_mode=$mode" --set learner.compile_mode=off); fi
+        # the captured and device steps compile themselves; eager compiles the networks (CUDA graphs over them)
+        sets+=(--set "learner.step_mode=$mode")
+        if [ "$mode" = eager ]; then sets+=(--set learner.compile_mode=reduce-overhead); else sets+=(--set learner.compile_mode=off); fi
         for kv in $RUN_SETS; do sets+=(--set "$kv"); done
         step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
             --run-dir "$run" "${sets[@]}"
