@@ -119,10 +119,15 @@ def test_close_stops_a_running_evaluation_and_leaves_nothing(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_path) -> None:
+def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_path, monkeypatch) -> None:
     """Real head, real collector process, real `python -m evaluate` subprocesses on CartPole."""
+    from launcher import evaluator
     from launcher.head import Head, StopAt
     from learner.checkpoint import load_checkpoint
+
+    # at their usual lower priority the evaluations get almost no CPU beside a head that fills both cores of a
+    # small machine (80-110 s for two); at the head's priority they take seconds, and what is checked is the same
+    monkeypatch.setattr(evaluator, "NICE", 0)
 
     cfg = replace(
         Config(),

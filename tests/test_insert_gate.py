@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 # Run until the learner has made this many updates (many gate cycles), counted rather than timed: a loaded
 # machine gets there later, not differently. DEADLINE_S only bounds a run that makes no progress.
-MIN_UPDATES = 300
+MIN_UPDATES = 150
 MIN_GATED_ROUNDS = 100
 DEADLINE_S = 400.0
 STALL_TIMEOUT_S = 3.0  # ten times shorter than the default: a starved collector would be killed within it
