@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from learner.device_step import StepConfig, StepState, device_update
+from learner.dqn import Munchausen
 from learner.precision import PrecisionPolicy
 
 STEP_MODES = ("eager", "device", "captured")
@@ -104,7 +105,8 @@ def step_config(lc: Any, replay_config: Any, policy: PrecisionPolicy, scaler: An
         max_grad_norm=float(lc.max_grad_norm), target_update_every=int(lc.target_update_every),
         polyak_tau=float(lc.polyak_tau), adam_beta1=float(betas[0]), adam_beta2=float(betas[1]),
         adam_eps=float(group["eps"]), device_type=policy.device_type, autocast_dtype=policy.autocast_dtype,
-        use_scaler=policy.use_scaler, channels_last=channels_last, uniform_rows=uniform_rows, **growth,
+        use_scaler=policy.use_scaler, channels_last=channels_last, uniform_rows=uniform_rows,
+        munchausen=Munchausen.of(lc), **growth,
     )
 
 

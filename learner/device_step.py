@@ -4,7 +4,7 @@
 
 1. draw the effective batch from the device ring (replay/device_batch.py): prioritized stratified
    slots, stacks, n-step targets, importance weights annealed by the update counter, freshness;
-2. the Double/Dueling loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
+2. the Double/Dueling (or Munchausen) loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
    and its gradient by `torch.func.grad`, summed over the micro-batches (each divides by the
    effective batch, so the sum is the one-big-batch gradient, as in learner/update.py);
 3. fp16: the loss is scaled and the gradients unscaled, the scale backed off or grown as
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from learner.dqn import dqn_loss
+from learner.dqn import Munchausen, dqn_loss
 from replay.device_batch import DeviceBatch, sample_batch
 from replay.device_ring import MASS
 from replay.device_sampler import priority_mass
@@ -70,6 +70,7 @@ class StepConfig:
     growth_interval: int = 2000
     channels_last: bool = False
     uniform_rows: int = 64
+    munchausen: Munchausen | None = None  # the Munchausen target's constants (None: the Double DQN target)
 
 
 @dataclass
@@ -115,7 +116,7 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
             out = dqn_loss(lambda x: functional_call(online, p, (x,)),
                            lambda x: functional_call(target, target_params, (x,)),
                            obs, actions, returns, discounts, next_obs, weights, cfg.double_q,
-                           normalizer=float(cfg.batch))
+                           normalizer=float(cfg.batch), munchausen=cfg.munchausen)
         scaled = out.loss * s.scale if cfg.use_scaler else out.loss
         return scaled, (out.loss.detach(), out.td_abs, out.q_mean)
 

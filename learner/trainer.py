@@ -110,9 +110,9 @@ class Learner:
         # (the learner bench reports fp32_cl_b* to recheck).
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        if lc.step_mode != "eager" and (lc.munchausen_alpha > 0 or lc.reset_every_updates > 0):
-            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step implements neither Munchausen "
-                             "targets nor resets (learner.munchausen_alpha, learner.reset_every_updates)")
+        if lc.step_mode != "eager" and lc.reset_every_updates > 0:
+            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not implement resets "
+                             "(learner.reset_every_updates)")
         self.online = self.build_network().to(self.device, memory_format=fmt)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)

@@ -272,11 +272,9 @@ def check_levers(cfg: Config) -> None:
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
-    levers = [name for name, on in (("learner.munchausen_alpha", lrn.munchausen_alpha > 0),
-                                    ("learner.reset_every_updates", lrn.reset_every_updates > 0)) if on]
-    if lrn.step_mode != "eager" and levers:
-        _fail("learner.step_mode", lrn.step_mode, f"eager with {' and '.join(levers)} set (the device step "
-              "implements neither lever: set learner.step_mode=eager or turn them off)")
+    if lrn.step_mode != "eager" and lrn.reset_every_updates > 0:
+        _fail("learner.step_mode", lrn.step_mode, "eager with learner.reset_every_updates set (the device step "
+              "does not implement resets: set learner.step_mode=eager or learner.reset_every_updates=0)")
 
 
 def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:

@@ -109,6 +109,26 @@ def test_device_step_equals_the_eager_learner(precision: str, batch: int, accum:
         device.close()
 
 
+@pytest.mark.parametrize("batch, accum", [(8, 1), (4, 2)])
+def test_with_munchausen_targets_the_device_step_equals_the_eager_learner(batch: int, accum: int) -> None:
+    """learner.munchausen_alpha > 0: both paths train on the Munchausen target (learner/dqn.py), to the same
+    weights, Adam state and priorities."""
+    levers = {"munchausen_alpha": 0.9, "batch_size": batch, "grad_accum_steps": accum}
+    eager = learner_on(config(**levers), filled_replay(IMAGE))
+    device = learner_on(config(step_mode="device", **levers), filled_replay(IMAGE))
+    plain = learner_on(config(step_mode="device", batch_size=batch, grad_accum_steps=accum), filled_replay(IMAGE))
+    try:
+        for _ in range(4):
+            se, sd, sp = eager.train_step(), device.train_step(), plain.train_step()
+            for key in ("loss", "td_error", "mean_q", "grad_norm"):
+                assert sd[key] == pytest.approx(se[key], rel=1e-5), key
+        assert sd["loss"] != pytest.approx(sp["loss"], rel=1e-3)  # the target did change
+        assert_same_learners(eager, device, 1e-4, 1e-6)
+    finally:
+        for learner in (eager, device, plain):
+            learner.close()
+
+
 def test_with_uniform_replay_the_device_step_equals_the_eager_learner_and_keeps_the_masses() -> None:
     eager = learner_on(config(), filled_replay(IMAGE, prioritized=False))
     device = learner_on(config(step_mode="device"), filled_replay(IMAGE, prioritized=False))
@@ -308,6 +328,31 @@ def test_the_step_compiles_with_fullgraph_and_matches_the_eager_step() -> None:
     for name, t in device[0].items():
         torch.testing.assert_close(captured[0][name], t, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(captured[3], device[3], rtol=1e-5, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_with_munchausen_targets_the_step_traces_as_one_graph(monkeypatch) -> None:
+    """The Munchausen target inside the captured step: dynamo traces it with fullgraph=True (it raises on a graph
+    break); the eager backend runs the traced graph without inductor's code generation, which the test above
+    already covers, so this takes seconds. Its updates equal the op-by-op step's."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    states = {}
+    for mode in ("device", "captured"):
+        learner = learner_on(config(step_mode=mode, hidden=16, munchausen_alpha=0.9), filled_replay(VECTOR))
+        try:
+            outs = [learner.train_step() for _ in range(3)]
+            states[mode] = (learner.online.state_dict(), outs, learner.stats())
+        finally:
+            learner.close()
+    torch._dynamo.reset()
+    assert states["captured"][2]["compiled"]
+    for a, b in zip(states["device"][1], states["captured"][1], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    for name, t in states["device"][0].items():
+        torch.testing.assert_close(states["captured"][0][name], t, rtol=1e-5, atol=1e-6)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
