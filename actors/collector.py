@@ -78,7 +78,7 @@ class Collector:
         self.stack, self.num_actions = spec.stack, spec.num_actions
         lc = config.learner
         self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                                   lc.encoder_width).eval()
+                                   lc.encoder_width, lc.quantiles).eval()
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)

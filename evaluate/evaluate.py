@@ -177,6 +177,7 @@ def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
         stack, num_actions = int(g["stack"]), int(g["num_actions"])
         hidden, dueling = int(g.get("hidden", 512)), bool(g.get("dueling", True))
         encoder, encoder_width = str(g.get("encoder", "nature")), int(g.get("encoder_width", 1))
+        quantiles = int(g.get("quantiles", 0))
         if encoder not in ENCODERS:
             raise ValueError(f"encoder {encoder!r} is not one of {', '.join(ENCODERS)}")
     except (KeyError, TypeError, ValueError) as exc:
@@ -187,7 +188,7 @@ def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
         raise EvalError(f"{where}: checkpoint geometry (obs {obs_shape}, {num_actions} actions) does not match the "
                         f"env built from its config (obs {env_shape}, {env_actions} actions)")
     torch.set_num_threads(1)
-    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling, encoder, encoder_width).eval()
+    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling, encoder, encoder_width, quantiles).eval()
     try:
         check_state_dict(net.state_dict(), data.model["online"], f"{where}[online]")
     except CheckpointError as exc:

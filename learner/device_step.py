@@ -4,7 +4,7 @@
 
 1. draw the effective batch from the device ring (replay/device_batch.py): prioritized stratified
    slots, stacks, n-step targets, importance weights annealed by the update counter, freshness;
-2. the Double/Dueling (or Munchausen) loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
+2. the Double/Dueling (or Munchausen, or quantile) loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
    and its gradient by `torch.func.grad`, summed over the micro-batches (each divides by the
    effective batch, so the sum is the one-big-batch gradient, as in learner/update.py);
 3. fp16: the loss is scaled and the gradients unscaled, the scale backed off or grown as
@@ -71,6 +71,7 @@ class StepConfig:
     channels_last: bool = False
     uniform_rows: int = 64
     munchausen: Munchausen | None = None  # the Munchausen target's constants (None: the Double DQN target)
+    quantiles: bool = False  # QR-DQN: the networks give return quantiles and the loss is the quantile Huber loss
 
 
 @dataclass
@@ -113,10 +114,11 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
     def micro_loss(p: dict[str, torch.Tensor], obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                    discounts: torch.Tensor, next_obs: torch.Tensor, weights: torch.Tensor):
         with autocast_context(cfg):
-            out = dqn_loss(lambda x: functional_call(online, p, (x,)),
-                           lambda x: functional_call(target, target_params, (x,)),
+            kwargs = {"quantiles": True} if cfg.quantiles else {}
+            out = dqn_loss(lambda x: functional_call(online, p, (x,), kwargs),
+                           lambda x: functional_call(target, target_params, (x,), kwargs),
                            obs, actions, returns, discounts, next_obs, weights, cfg.double_q,
-                           normalizer=float(cfg.batch), munchausen=cfg.munchausen)
+                           normalizer=float(cfg.batch), munchausen=cfg.munchausen, quantiles=cfg.quantiles)
         scaled = out.loss * s.scale if cfg.use_scaler else out.loss
         return scaled, (out.loss.detach(), out.td_abs, out.q_mean)
 

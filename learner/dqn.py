@@ -26,6 +26,16 @@ With n-step returns the bonus is added for the first step only: the replay store
 and R^(n), not the actions and states in between, so the later steps' log-policy terms are unknown.
 The soft bootstrap has no argmax, so `double_q` does not apply to it. Log-probabilities come from `log_softmax` (max-subtracted), so a
 small tau does not overflow.
+
+QR-DQN (Dabney et al. 2017; `learner.quantiles` N > 0): the networks give N quantiles theta_1..N of
+the return per action, at the midpoints tau_i = (2i + 1) / 2N. The bootstrap action is the argmax
+of their mean (the online network's with `double_q`), and every target quantile is
+
+    T_j = R^(n) + gamma^m * theta_target_j(s', a*)
+    L   = sum_b w_b * sum_i mean_j |tau_i - 1{T_j < theta_i}| * huber(T_j - theta_i) / B_eff
+
+The priority of a transition is |mean_j T_j - mean_i theta_i|: the TD error of the means, the
+scalar path's quantity, so the replay's priority scale does not depend on the head.
 """
 
 from __future__ import annotations
@@ -105,6 +115,37 @@ def munchausen_targets(
         return returns.float() + bonus + discounts.float() * soft_value
 
 
+def quantile_targets(
+    online: nn.Module,
+    target: nn.Module,
+    next_obs: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    double_q: bool = True,
+) -> torch.Tensor:
+    """T = R^(n) + gamma^m * theta_target(s', a*) as float32 [B, N], without a graph; `online` and `target`
+    give quantiles [B, A, N]."""
+    with torch.no_grad():
+        z_next = target(next_obs).float()
+        chooser = online(next_obs).float() if double_q else z_next
+        best = chooser.mean(dim=2).argmax(dim=1)
+        index = best.view(-1, 1, 1).expand(-1, 1, z_next.shape[2])
+        z = z_next.gather(1, index).squeeze(1)
+        return returns.float().unsqueeze(1) + discounts.float().unsqueeze(1) * z
+
+
+def quantile_huber(theta: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per sample sum_i mean_j |tau_i - 1{T_j < theta_i}| * huber(T_j - theta_i), float32 [B]: `theta` the
+    chosen action's quantiles [B, N] (with a graph), `targets` [B, N'] (without)."""
+    n = theta.shape[1]
+    taus = (torch.arange(n, device=theta.device, dtype=torch.float32) * 2 + 1) / (2 * n)
+    u = targets.unsqueeze(1) - theta.unsqueeze(2)  # [B, N (i: online), N' (j: target)]
+    huber = F.smooth_l1_loss(theta.unsqueeze(2).expand_as(u), targets.unsqueeze(1).expand_as(u),
+                             reduction="none", beta=HUBER_DELTA)
+    weight = (taus.view(1, n, 1) - (u.detach() < 0).float()).abs()
+    return (weight * huber).mean(dim=2).sum(dim=1)
+
+
 def dqn_loss(
     online: nn.Module,
     target: nn.Module,
@@ -117,12 +158,15 @@ def dqn_loss(
     double_q: bool = True,
     normalizer: float | None = None,
     munchausen: Munchausen | None = None,
+    quantiles: bool = False,
 ) -> LossOutput:
     """Importance-weighted Huber loss of one (micro-)batch.
 
     `normalizer` is the effective batch size the weighted sum is divided by (defaults to this
     batch's size, i.e. a weighted mean). Pass the effective batch size when accumulating.
     `munchausen`: the Munchausen target instead of the (Double) DQN one (None = off).
+    `quantiles`: QR-DQN: `online` and `target` give quantiles [B, A, N], the loss is the quantile
+    Huber loss (module docstring); not with `munchausen`.
     """
     batch = int(actions.shape[0])
     if batch == 0:
@@ -131,6 +175,11 @@ def dqn_loss(
         normalizer = float(batch)
     if normalizer <= 0:
         raise ValueError(f"dqn_loss: normalizer={normalizer} must be positive")
+    if quantiles:
+        if munchausen is not None:
+            raise ValueError("dqn_loss: Munchausen targets and quantiles exclude each other")
+        return _quantile_loss(online, target, obs, actions, returns, discounts, next_obs, weights, double_q,
+                              normalizer)
     if munchausen is None:
         y = td_targets(online, target, next_obs, returns, discounts, double_q)
     else:
@@ -144,6 +193,24 @@ def dqn_loss(
         loss=loss,
         td_abs=td_abs,
         q_mean=q_sa.detach().mean(),
+        unweighted_loss=per_sample.detach().mean(),
+    )
+
+
+def _quantile_loss(online: nn.Module, target: nn.Module, obs: torch.Tensor, actions: torch.Tensor,
+                   returns: torch.Tensor, discounts: torch.Tensor, next_obs: torch.Tensor, weights: torch.Tensor,
+                   double_q: bool, normalizer: float) -> LossOutput:
+    y = quantile_targets(online, target, next_obs, returns, discounts, double_q)
+    theta_all = online(obs).float()
+    index = actions.long().view(-1, 1, 1).expand(-1, 1, theta_all.shape[2])
+    theta = theta_all.gather(1, index).squeeze(1)  # [B, N]
+    per_sample = quantile_huber(theta, y)
+    loss = (weights.float() * per_sample).sum() / normalizer
+    q_sa = theta.detach().mean(dim=1)
+    return LossOutput(
+        loss=loss,
+        td_abs=(y.mean(dim=1) - q_sa).abs(),
+        q_mean=q_sa.mean(),
         unweighted_loss=per_sample.detach().mean(),
     )
 

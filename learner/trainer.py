@@ -103,7 +103,7 @@ class Learner:
         if self.device.type == "cpu":
             torch.set_num_threads(lc.torch_threads)
         # meta.json's record, checked on load
-        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width)
+        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width, lc.quantiles)
         image = spec.image
         # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
         # measured no consistent gain (BENCHMARKS.md, "Design measurements"), so it stays off there
@@ -161,7 +161,7 @@ class Learner:
         """A freshly initialized Q-network of this learner's architecture, on the CPU (online net, resets)."""
         spec, lc = self.spec, self.lc
         return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                               lc.encoder_width)
+                               lc.encoder_width, lc.quantiles)
 
     # ------------------------------------------------------------------ the update
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:

@@ -106,6 +106,15 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
         torch.compiler.cudagraph_mark_step_begin()
     td_parts, loss_total, q_total = [], torch.zeros((), device=parts.device), torch.zeros((), device=parts.device)
     munchausen = Munchausen.of(lc)
+    quantiles = lc.quantiles > 0
+    if quantiles:  # QR-DQN: the loss reads the return quantiles, not their mean
+        def fwd_online(x: torch.Tensor) -> torch.Tensor:
+            return parts.fwd_online(x, quantiles=True)
+
+        def fwd_target(x: torch.Tensor) -> torch.Tensor:
+            return parts.fwd_target(x, quantiles=True)
+    else:
+        fwd_online, fwd_target = parts.fwd_online, parts.fwd_target
     for k in range(parts.accum):
         sl = slice(k * parts.micro, (k + 1) * parts.micro)
         obs, next_obs = batch.obs[sl], batch.next_obs[sl]
@@ -113,9 +122,9 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
             obs = obs.contiguous(memory_format=torch.channels_last)
             next_obs = next_obs.contiguous(memory_format=torch.channels_last)
         with parts.precision.autocast():
-            out = dqn_loss(parts.fwd_online, parts.fwd_target, obs, batch.actions[sl], batch.returns[sl],
+            out = dqn_loss(fwd_online, fwd_target, obs, batch.actions[sl], batch.returns[sl],
                            batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n),
-                           munchausen=munchausen)
+                           munchausen=munchausen, quantiles=quantiles)
         parts.scaler.scale(out.loss).backward()
         td_parts.append(out.td_abs)
         loss_total = loss_total + out.loss.detach()

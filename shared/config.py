@@ -123,6 +123,9 @@ class LearnerConfig:
     munchausen_alpha: float = 0.0
     munchausen_tau: float = 0.03  # Munchausen entropy temperature: higher = softer policy, larger bonus magnitudes
     munchausen_clip: float = -1.0  # Munchausen l0: lower bound of tau * log pi in the bonus (bounds it as pi -> 0)
+    # QR-DQN (Dabney et al. 2017): the head outputs this many quantiles of the return per action, trained with the
+    # quantile Huber loss; acting and the bootstrap action use their mean. 0 = off (one value per action); paper 200
+    quantiles: int = 0
     # Periodic resets (Nikishin et al. 2022; BBF): every this many updates re-initialize part of the online
     # network against primacy bias (0 = off); costs nothing between resets, relearning after each
     reset_every_updates: int = 0

@@ -110,7 +110,7 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     """Parameter count of shared/network.py `build_q_network` for this config and env, without torch.
 
     The layer sizes of the network `build_q_network(spec.obs_shape, spec.stack, spec.num_actions,
-    learner.hidden, learner.dueling, learner.encoder, learner.encoder_width)` builds
+    learner.hidden, learner.dueling, learner.encoder, learner.encoder_width, learner.quantiles)` builds
     (tests/test_cli_errors.py counts the built one against it); torch-free because `Config.check_valid`
     runs where torch is not installed. `spec` None:
     Mario ids use the spec their config implies, other envs an unknown vector whose input layer
@@ -143,8 +143,9 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     else:
         flat = spec.stack * math.prod(spec.obs_shape)
         torso, features, num_actions = flat * hidden + hidden, hidden, spec.num_actions
-    advantage = features * hidden + hidden + hidden * num_actions + num_actions
-    value = features * hidden + hidden + hidden + 1 if cfg.learner.dueling else 0
+    per_action = max(1, cfg.learner.quantiles)  # QR-DQN: N quantiles per action (and N values)
+    advantage = features * hidden + hidden + (hidden + 1) * num_actions * per_action
+    value = features * hidden + hidden + (hidden + 1) * per_action if cfg.learner.dueling else 0
     return torso + advantage + value
 
 
@@ -259,12 +260,16 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
 
 
 def check_levers(cfg: Config) -> None:
-    """The optional learning levers (learner/dqn.py munchausen_targets, learner/resets.py): ranges, a reset that
-    changes something, and the eager step only (the device step implements neither)."""
+    """The optional learning levers (learner/dqn.py: Munchausen and quantile targets; learner/resets.py): ranges,
+    Munchausen or quantiles but not both, a reset that changes something, and resets in the eager step only."""
     lrn = cfg.learner
     _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
     _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
     _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
+    _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
+    if lrn.quantiles > 0 and lrn.munchausen_alpha > 0:
+        _fail("learner.quantiles", lrn.quantiles, "0 with learner.munchausen_alpha set (Munchausen targets are "
+              "defined on one value per action; choose one of the two)")
     _int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
     if not isinstance(lrn.reset_head, bool):
         _fail("learner.reset_head", lrn.reset_head, "true or false")

@@ -4,7 +4,8 @@ Image observations (uint8 [B, S, H, W]) go through a CNN encoder chosen by `lear
 the Nature-DQN CNN (default) or the IMPALA residual CNN; the uint8 -> float scaling happens
 inside the network so uint8 is what travels, is stored and is gathered. Vector observations
 ([B, S, D], any float dtype) go through an MLP. All end in a dueling head (or a plain linear
-head). He (Kaiming) init for ReLU layers.
+head), with one value per action or, for QR-DQN, N quantiles per action. He (Kaiming) init for ReLU
+layers.
 """
 
 from __future__ import annotations
@@ -19,21 +20,42 @@ from shared.env_spec import is_image_obs  # the torso rule: 2-D frames take the 
 
 
 class DuelingHead(nn.Module):
-    """Q = V + A - mean(A): separates state value from action advantages."""
+    """Q = V + A - mean(A): separates state value from action advantages.
 
-    def __init__(self, in_features: int, hidden: int, num_actions: int, dueling: bool) -> None:
+    With `quantiles` N > 0 (QR-DQN) every action gets N quantiles of its return: the advantage layer
+    outputs A x N values, the value layer N, combined per quantile; `forward` returns their mean over the
+    quantiles (the Q-values acting and evaluation use), `forward(..., quantiles=True)` the [B, A, N] quantiles
+    the loss needs."""
+
+    def __init__(self, in_features: int, hidden: int, num_actions: int, dueling: bool, quantiles: int = 0) -> None:
         super().__init__()
-        self.dueling = dueling
-        self.advantage = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, num_actions))
+        if quantiles < 0:
+            raise ValueError(f"quantiles={quantiles}: need 0 (off) or more")
+        self.dueling, self.num_actions, self.quantiles = dueling, num_actions, quantiles
+        per_action = max(1, quantiles)
+        self.advantage = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(),
+                                       nn.Linear(hidden, num_actions * per_action))
         self.value = (
-            nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1)) if dueling else None
+            nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, per_action)) if dueling
+            else None
         )
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, quantiles: bool = False) -> torch.Tensor:
         adv = self.advantage(features)
+        if self.quantiles:
+            adv = adv.view(adv.shape[0], self.num_actions, self.quantiles)
         if self.value is None:
-            return adv
-        return self.value(features) + adv - adv.mean(dim=1, keepdim=True)
+            q = adv
+        else:
+            value = self.value(features)
+            if self.quantiles:
+                value = value.view(value.shape[0], 1, self.quantiles)
+            q = value + adv - adv.mean(dim=1, keepdim=True)
+        if self.quantiles and not quantiles:
+            return q.mean(dim=2)
+        if quantiles and not self.quantiles:
+            raise ValueError("quantiles=True: this head has one value per action (learner.quantiles=0)")
+        return q
 
 
 class NatureCNN(nn.Module):
@@ -131,8 +153,9 @@ class QNetwork(nn.Module):
         self.torso = torso
         self.head = head
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.torso(obs))
+    def forward(self, obs: torch.Tensor, quantiles: bool = False) -> torch.Tensor:
+        """Q-values [B, A]; with `quantiles` (a QR-DQN head only) the return quantiles [B, A, N]."""
+        return self.head(self.torso(obs), quantiles)
 
 
 def build_q_network(
@@ -143,13 +166,14 @@ def build_q_network(
     dueling: bool = True,
     encoder: str = "nature",
     encoder_width: int = 1,
+    quantiles: int = 0,
 ) -> QNetwork:
     """One factory for collectors and learner: same architecture, same init, same inputs.
 
     `obs_shape` is one observation's shape ((H, W) for frames, (D,) for vectors); the network
     input is [B, stack, *obs_shape]. `encoder` ("nature" or "impala") and `encoder_width` (the
     impala channel multiplier; 1 with nature) pick the frames' torso; vectors take the MLP and
-    accept only the defaults.
+    accept only the defaults. `quantiles` > 0 makes it a QR-DQN network (DuelingHead).
     """
     if num_actions < 1:
         raise ValueError(f"num_actions={num_actions}: need at least one action")
@@ -171,7 +195,7 @@ def build_q_network(
         for dim in obs_shape:
             flat *= int(dim)
         torso = VectorMLP(flat, hidden)
-    net = QNetwork(torso, DuelingHead(torso.out_features, hidden, num_actions, dueling))
+    net = QNetwork(torso, DuelingHead(torso.out_features, hidden, num_actions, dueling, int(quantiles)))
     _he_init(net)
     return net
 

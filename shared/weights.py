@@ -108,7 +108,7 @@ def network_template(config: Any) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         lc = config.learner
         net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                              lc.encoder_width)
+                              lc.encoder_width, lc.quantiles)
     return dict(net.state_dict())
 
 

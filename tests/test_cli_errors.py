@@ -286,6 +286,8 @@ def test_good_input_still_parses(tmp_path):
           "learner.dueling=false"], None, None, None),  # odd sides: every max pool rounds up
         (["env.env_id=ApeXCounting-v0", "learner.hidden=32", "learner.encoder=impala", "learner.encoder_width=3"],
          (84, 84), 4, 3),
+        (["learner.quantiles=32"], None, None, None),  # QR-DQN: 32 quantiles per action and 32 values
+        (["env.env_id=CartPole-v1", "learner.hidden=64", "learner.quantiles=7", "learner.dueling=false"], (4,), 1, 2),
     ],
 )
 def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, num_actions):
@@ -302,6 +304,7 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         dueling=cfg.learner.dueling,
         encoder=cfg.learner.encoder,
         encoder_width=cfg.learner.encoder_width,
+        quantiles=cfg.learner.quantiles,
     )
     params = sum(p.numel() for p in built.parameters())
     spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,

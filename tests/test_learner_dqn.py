@@ -17,6 +17,8 @@ from learner.dqn import (
     hard_update,
     munchausen_targets,
     polyak_update,
+    quantile_huber,
+    quantile_targets,
     sync_target,
     td_targets,
 )
@@ -202,3 +204,48 @@ def test_munchausen_is_off_at_alpha_zero() -> None:
     assert Munchausen.of(LearnerConfig(munchausen_alpha=0.0, munchausen_tau=0.5)) is None
     assert Munchausen.of(LearnerConfig(munchausen_alpha=0.9, munchausen_tau=0.03, munchausen_clip=-1.0)) == \
         Munchausen(alpha=0.9, tau=0.03, clip=-1.0)
+
+
+# ---------------------------------------------------------------------------- QR-DQN
+def test_quantile_huber_loss_by_hand() -> None:
+    """N = 2 (taus 0.25, 0.75), theta = [0, 1], T = [0.5, 2]: u_ij = T_j - theta_i = [[0.5, 2], [-0.5, 1]],
+    huber = [[0.125, 1.5], [0.125, 0.5]], weights |tau_i - 1{u < 0}| = [[.25, .25], [.25, .75]];
+    sum over i of the mean over j: (.25 * 1.625) / 2 + (.25 * .125 + .75 * .5) / 2 = 0.40625."""
+    theta = torch.tensor([[0.0, 1.0]], requires_grad=True)
+    loss = quantile_huber(theta, torch.tensor([[0.5, 2.0]]))
+    assert loss.item() == pytest.approx(0.40625)
+    loss.sum().backward()
+    # d/dtheta_0: mean_j -0.25 * huber'(u_0j) = -0.25 * (0.5 + 1) / 2; d/dtheta_1: -(.25 * -0.5 + .75 * 1) / 2
+    torch.testing.assert_close(theta.grad, torch.tensor([[-0.1875, -0.3125]]))
+
+
+def test_one_quantile_is_half_the_double_dqn_loss() -> None:
+    """With N = 1 (tau 0.5) the quantile target is the Double DQN target and the loss half its Huber loss."""
+    online = TableQ([[0.0, 2.0], [1.0, 5.0]])
+    target = TableQ([[1.0, 0.5], [3.0, -2.0]])
+    obs, nxt = torch.tensor([0, 1, 0]), torch.tensor([1, 0, 1])
+    actions, returns = torch.tensor([1, 0, 0]), torch.tensor([0.5, -1.0, 2.0])
+    discounts, weights = torch.tensor([0.9, 0.0, 0.81]), torch.tensor([1.0, 0.5, 0.25])
+
+    def quantile(net):
+        return lambda x: net(x).unsqueeze(2)  # [B, A, 1]
+
+    plain = dqn_loss(online, target, obs, actions, returns, discounts, nxt, weights, True)
+    qr = dqn_loss(quantile(online), quantile(target), obs, actions, returns, discounts, nxt, weights, True,
+                  quantiles=True)
+    assert qr.loss.item() == pytest.approx(0.5 * plain.loss.item())
+    torch.testing.assert_close(qr.td_abs, plain.td_abs)
+    y = quantile_targets(quantile(online), quantile(target), nxt, returns, discounts, double_q=True)
+    torch.testing.assert_close(y.squeeze(1), td_targets(online, target, nxt, returns, discounts, True))
+
+
+def test_quantile_targets_bootstrap_the_action_of_the_best_mean() -> None:
+    """The online net's quantiles have the larger mean on action 1 but the larger max on action 0: a* = 1."""
+    online_z = torch.tensor([[[-5.0, 9.0], [2.0, 3.0]]])  # action 0: mean 2, action 1: mean 2.5
+    target_z = torch.tensor([[[10.0, 20.0], [1.0, 4.0]]])
+    y = quantile_targets(lambda x: online_z, lambda x: target_z, torch.zeros(1), torch.tensor([1.0]),
+                         torch.tensor([0.5]), double_q=True)
+    torch.testing.assert_close(y, torch.tensor([[1.5, 3.0]]))
+    y_own = quantile_targets(lambda x: online_z, lambda x: target_z, torch.zeros(1), torch.tensor([1.0]),
+                             torch.tensor([0.5]), double_q=False)
+    torch.testing.assert_close(y_own, torch.tensor([[6.0, 11.0]]))  # the target's own best mean: action 0

@@ -1,5 +1,5 @@
-"""The learner's optional levers on a real Learner: Munchausen targets (learner/dqn.py) and periodic resets
-(learner/resets.py). Off, the update is the plain Double DQN one; on, each does what its docstring says, at the
+"""The learner's optional levers on a real Learner: Munchausen and quantile (QR-DQN) targets (learner/dqn.py) and
+periodic resets (learner/resets.py). Off, the update is the plain Double DQN one; on, each does what its docstring says, at the
 update counts it says, and a resumed run does the same."""
 
 from __future__ import annotations
@@ -88,6 +88,34 @@ def test_learner_trains_on_munchausen_targets() -> None:
             y = munchausen_targets(target, b.obs, b.actions, b.next_obs, b.returns, b.discounts,
                                    Munchausen(0.9, 0.03, -1.0))
             td = (y - online(b.obs).gather(1, b.actions.view(-1, 1)).squeeze(1)).abs()
+        np.testing.assert_allclose(learner.replay.priorities[b.indices], td.numpy() + 1e-6, rtol=1e-5, atol=1e-6)
+        assert np.isfinite(stats["loss"]) and stats["skipped"] == 0.0
+    finally:
+        learner.close()
+
+
+# ---------------------------------------------------------------------------- QR-DQN in the learner
+def test_learner_trains_on_quantile_targets() -> None:
+    """learner.quantiles=8: the networks hold 8 quantiles per action, the priorities an update writes back are
+    |mean T - mean theta(s, a)| of the pre-update nets, and what collectors act on is the quantiles' mean."""
+    from learner.dqn import quantile_targets
+
+    cfg = small_config(quantiles=8, target_update_every=1000)
+    learner = make_learner(cfg, replay=FakeReplay(seed=2), seed=4)
+    try:
+        learner.train_step()  # the target now lags the online network
+        online, target, probe = copy.deepcopy(learner.online), copy.deepcopy(learner.target), copy.deepcopy(
+            learner.replay)
+        b = probe.sample(learner.batch_per_update, learner.beta())
+        stats = learner.train_step()
+        with torch.no_grad():
+            z = online(b.obs, quantiles=True)
+            assert z.shape == (len(b), learner.spec.num_actions, 8)
+            torch.testing.assert_close(online(b.obs), z.mean(dim=2))
+            y = quantile_targets(lambda x: online(x, quantiles=True), lambda x: target(x, quantiles=True),
+                                 b.next_obs, b.returns, b.discounts, double_q=True)
+            theta = z.gather(1, b.actions.view(-1, 1, 1).expand(-1, 1, 8)).squeeze(1)
+            td = (y.mean(dim=1) - theta.mean(dim=1)).abs()
         np.testing.assert_allclose(learner.replay.priorities[b.indices], td.numpy() + 1e-6, rtol=1e-5, atol=1e-6)
         assert np.isfinite(stats["loss"]) and stats["skipped"] == 0.0
     finally:
@@ -209,6 +237,8 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.reset_every_updates=100", "learner.reset_head=false"], ["changes nothing"]),
     (["learner.reset_every_updates=100", "learner.step_mode=captured"], ["learner.step_mode='captured'",
                                                                          "learner.reset_every_updates"]),
+    (["learner.quantiles=-1"], ["learner.quantiles=-1", "[0, 1024]"]),
+    (["learner.quantiles=32", "learner.munchausen_alpha=0.9"], ["learner.quantiles=32", "munchausen_alpha"]),
 ])
 def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"

@@ -113,22 +113,29 @@ def _impala_config(width: int = 2) -> Config:
                                          prefetch=False, batch_size=4))
 
 
-def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks() -> None:
+@pytest.mark.parametrize("quantiles", [0, 4], ids=["impala", "impala-qr"])
+def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks(quantiles: int) -> None:
     """The collector (built from what the WELCOME carries of the config), the WEIGHTS template and the learner:
-    the same names, shapes and dtypes, and each one's weights load into the other with the same outputs."""
+    the same names, shapes and dtypes, and each one's weights load into the other with the same outputs; with
+    learner.quantiles the collector acts on the mean of the learner's quantiles."""
     from actors.collector import Collector
     from ingest.registration import collector_config
     from shared.weights import network_template
     from tests.test_collector_unit import FakeLink
 
     cfg = _impala_config()
+    cfg = replace(cfg, learner=replace(cfg.learner, quantiles=quantiles))
     welcomed = Config.from_dict(collector_config(cfg.to_dict()))  # what a collector knows of the run
-    assert (welcomed.learner.encoder, welcomed.learner.encoder_width) == ("impala", 2)
+    assert (welcomed.learner.encoder, welcomed.learner.encoder_width, welcomed.learner.quantiles) == \
+        ("impala", 2, quantiles)
     collector = Collector(welcomed, collector_id=1, epsilon=0.1, link=FakeLink())
     learner = learner_of(cfg, collector.spec, FakeReplay(obs_shape=collector.obs_shape, stack=collector.stack,
                                                          num_actions=collector.num_actions))
     try:
         assert isinstance(collector.net.torso, ImpalaCNN) and isinstance(learner.online.torso, ImpalaCNN)
+        if quantiles:
+            assert tuple(learner.online.state_dict()["head.advantage.2.weight"].shape) == \
+                (collector.num_actions * quantiles, 16)
         theirs, ours = collector.net.state_dict(), learner.online.state_dict()
         template = network_template(welcomed)
         assert {k: (tuple(t.shape), t.dtype) for k, t in theirs.items()} == \
@@ -192,8 +199,30 @@ def test_spec_geometry_records_the_encoder() -> None:
 
     spec = EnvSpec((84, 84), np.uint8, 7, 4)
     assert geometry_of(spec, 512, True) == {"obs_shape": [84, 84], "obs_dtype": "|u1", "stack": 4, "num_actions": 7,
-                                            "hidden": 512, "dueling": True, "encoder": "nature", "encoder_width": 1}
+                                            "hidden": 512, "dueling": True, "encoder": "nature", "encoder_width": 1,
+                                            "quantiles": 0}
     assert geometry_of(spec, 64, False, "impala", 2)["encoder_width"] == 2
+    assert geometry_of(spec, 64, False, "nature", 1, 32)["quantiles"] == 32
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_a_quantile_head_gives_n_quantiles_per_action_and_their_mean_as_q(dueling: bool) -> None:
+    """QR-DQN head: [B, A, N] quantiles, Q = their mean; dueling combines value and advantages per quantile."""
+    torch.manual_seed(0)
+    net = build_q_network((84, 84), 4, 5, 32, dueling, quantiles=8)
+    obs = torch.randint(0, 255, (3, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        z, q = net(obs, quantiles=True), net(obs)
+        assert z.shape == (3, 5, 8) and q.shape == (3, 5)
+        torch.testing.assert_close(q, z.mean(dim=2))
+        if dueling:
+            features = net.torso(obs)
+            value = net.head.value(features).view(3, 1, 8)
+            adv = net.head.advantage(features).view(3, 5, 8)
+            torch.testing.assert_close(z, value + adv - adv.mean(dim=1, keepdim=True))
+    plain = build_q_network((84, 84), 4, 5, 32, dueling)
+    with pytest.raises(ValueError, match="one value per action"):
+        plain(obs, quantiles=True)
 
 
 @pytest.mark.slow
