@@ -18,6 +18,8 @@
 #   (-k cuda: the CUDA tests only: the captured graph against the op-by-op step, beside a writer thread,
 #   and inside a head that checkpoints and resumes)
 #   ARCHIVE=out/proof.tgz: the output folder is packed there after every step (a copy that survives a kill)
+#   EXPORT=1: each run keeps an evaluation-only copy of its best weights (python -m evaluate.export), e.g. to
+#   train another level on the GPU and evaluate it here: RUN_SETS="env.env_id=SuperMarioBros-1-2-v0" EXPORT=1
 #   COMMIT=<hash>: where the copy of the repository has no .git
 # Each step has its own time limit (the defaults' sum, 1,490 s, keeps the whole under 25 minutes); a
 # failed or timed-out step is recorded in summary.txt and the next one runs.
@@ -31,6 +33,7 @@ RUN_MODES=${RUN_MODES:-"eager captured"}  # learner.step_mode of each Mario run
 # run would end before its first update, so the proof's runs start learning at 20,000
 RUN_WARMUP=${RUN_WARMUP:-20000}
 RUN_SETS=${RUN_SETS:-}  # more --set overrides for the runs, e.g. "logging.eval_every_s=120 learner.batch_size=64"
+EXPORT=${EXPORT:-}  # non-empty: keep an evaluation-only copy of each run's best weights in run_<mode>/export/
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -111,6 +114,11 @@ runs() {
             --run-dir "$run" "${sets[@]}"
         kill "$smi" 2>/dev/null
         wait "$smi" 2>/dev/null
+        if [ -n "$EXPORT" ]; then  # an evaluation-only copy (~7 MB) of best/, else of the final checkpoint
+            local src=$run/best
+            [ -d "$src" ] || src=$run
+            "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/run_$mode.log" 2>&1 || echo "export failed" >> "$SUMMARY"
+        fi
         rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
         pack
     done
