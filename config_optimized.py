@@ -208,6 +208,10 @@ MARIO_PRESET: dict[str, str] = {
     "replay.gamma": "0.9",  # a ~10-step horizon (the PyTorch Mario tutorial's value): dense dx rewards need no more
     "learner.lr": "2.5e-4",
     "learner.target_update_every": "1000",  # ~40 s at CPU update rates
+    # Munchausen targets (tau 0.03, clip -1): on 2 seeds of the 200k-env-step proxy each, greedy x20 at 200k
+    # 1,615-1,997 and final evaluations 1,524-1,830 with a flag each, against 1,397-1,567 and 1,141-1,333
+    # without (BENCHMARKS.md, "Per env step: the levers"); slower before 150k. No costlier per update
+    "learner.munchausen_alpha": "0.9",
     # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
     # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
     "logging.eval_every_s": "600",

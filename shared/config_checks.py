@@ -268,8 +268,9 @@ def check_levers(cfg: Config) -> None:
     _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
     _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
     if lrn.quantiles > 0 and lrn.munchausen_alpha > 0:
-        _fail("learner.quantiles", lrn.quantiles, "0 with learner.munchausen_alpha set (Munchausen targets are "
-              "defined on one value per action; choose one of the two)")
+        _fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "
+              "targets are defined on one value per action; the Mario preset sets 0.9: add "
+              "--set learner.munchausen_alpha=0 to train quantiles)")
     _int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
     if not isinstance(lrn.reset_head, bool):
         _fail("learner.reset_head", lrn.reset_head, "true or false")
