@@ -22,7 +22,7 @@ from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.env_factory import env_spec, episode_continues, episode_info, make_env
 from shared.exploration import annealed_epsilon
-from shared.network import build_q_network
+from shared.network import build_q_network_for
 from shared.protocol import EpisodeSummary
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,7 @@ class Collector:
         self.reward_scale = spec.reward_scale  # what is learned from; returns stay unscaled
         self.obs_shape, self.obs_dtype = spec.obs_shape, spec.obs_dtype
         self.stack, self.num_actions = spec.stack, spec.num_actions
-        lc = config.learner
-        self.net = build_q_network(self.obs_shape, self.stack, self.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                                   lc.encoder_width, lc.quantiles).eval()
+        self.net = build_q_network_for(spec, config.learner).eval()
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)

@@ -128,10 +128,14 @@ def quantile_targets(
     with torch.no_grad():
         z_next = target(next_obs).float()
         chooser = online(next_obs).float() if double_q else z_next
-        best = chooser.mean(dim=2).argmax(dim=1)
-        index = best.view(-1, 1, 1).expand(-1, 1, z_next.shape[2])
-        z = z_next.gather(1, index).squeeze(1)
+        z = action_quantiles(z_next, chooser.mean(dim=2).argmax(dim=1))
         return returns.float().unsqueeze(1) + discounts.float().unsqueeze(1) * z
+
+
+def action_quantiles(z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """The quantiles [B, N] of one action per row from all actions' quantiles `z` [B, A, N]."""
+    index = actions.long().view(-1, 1, 1).expand(-1, 1, z.shape[2])
+    return z.gather(1, index).squeeze(1)
 
 
 def quantile_huber(theta: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -201,9 +205,7 @@ def _quantile_loss(online: nn.Module, target: nn.Module, obs: torch.Tensor, acti
                    returns: torch.Tensor, discounts: torch.Tensor, next_obs: torch.Tensor, weights: torch.Tensor,
                    double_q: bool, normalizer: float) -> LossOutput:
     y = quantile_targets(online, target, next_obs, returns, discounts, double_q)
-    theta_all = online(obs).float()
-    index = actions.long().view(-1, 1, 1).expand(-1, 1, theta_all.shape[2])
-    theta = theta_all.gather(1, index).squeeze(1)  # [B, N]
+    theta = action_quantiles(online(obs).float(), actions)  # [B, N]
     per_sample = quantile_huber(theta, y)
     loss = (weights.float() * per_sample).sum() / normalizer
     q_sa = theta.detach().mean(dim=1)

@@ -49,7 +49,7 @@ from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
-from shared.network import build_q_network
+from shared.network import build_q_network_for
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
 
@@ -159,9 +159,7 @@ class Learner:
 
     def build_network(self) -> torch.nn.Module:
         """A freshly initialized Q-network of this learner's architecture, on the CPU (online net, resets)."""
-        spec, lc = self.spec, self.lc
-        return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                               lc.encoder_width, lc.quantiles)
+        return build_q_network_for(self.spec, self.lc)
 
     # ------------------------------------------------------------------ the update
     def _step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:

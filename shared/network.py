@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shared.config import ENCODERS
-from shared.env_spec import is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
+from shared.config import ENCODERS, LearnerConfig
+from shared.env_spec import EnvSpec, is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 
 
 class DuelingHead(nn.Module):
@@ -41,6 +41,8 @@ class DuelingHead(nn.Module):
         )
 
     def forward(self, features: torch.Tensor, quantiles: bool = False) -> torch.Tensor:
+        if quantiles and not self.quantiles:
+            raise ValueError("quantiles=True: this head has one value per action (learner.quantiles=0)")
         adv = self.advantage(features)
         if self.quantiles:
             adv = adv.view(adv.shape[0], self.num_actions, self.quantiles)
@@ -51,11 +53,7 @@ class DuelingHead(nn.Module):
             if self.quantiles:
                 value = value.view(value.shape[0], 1, self.quantiles)
             q = value + adv - adv.mean(dim=1, keepdim=True)
-        if self.quantiles and not quantiles:
-            return q.mean(dim=2)
-        if quantiles and not self.quantiles:
-            raise ValueError("quantiles=True: this head has one value per action (learner.quantiles=0)")
-        return q
+        return q.mean(dim=2) if self.quantiles and not quantiles else q
 
 
 class NatureCNN(nn.Module):
@@ -198,6 +196,13 @@ def build_q_network(
     net = QNetwork(torso, DuelingHead(torso.out_features, hidden, num_actions, dueling, int(quantiles)))
     _he_init(net)
     return net
+
+
+def build_q_network_for(spec: EnvSpec, lc: LearnerConfig) -> QNetwork:
+    """`build_q_network` for an env's spec and the learner section of a run's config: what the collector, the
+    learner and the WEIGHTS template all build."""
+    return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
+                           lc.encoder_width, lc.quantiles)
 
 
 def _he_init(module: nn.Module) -> None:

@@ -102,13 +102,11 @@ def network_template(config: Any) -> dict[str, torch.Tensor]:
 
     Built on the meta device (shapes only, no memory), so it is cheap."""
     from shared.env_factory import env_spec
-    from shared.network import build_q_network
+    from shared.network import build_q_network_for
 
     spec = env_spec(config.env)
     with torch.device("meta"):
-        lc = config.learner
-        net = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                              lc.encoder_width, lc.quantiles)
+        net = build_q_network_for(spec, config.learner)
     return dict(net.state_dict())
 
 
