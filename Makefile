@@ -48,9 +48,14 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
 	@touch $@
 
-# Everything CI runs: unit, property, real-emulator, multi-process and learning tests.
+# Everything CI runs: unit, property, real-emulator, multi-process and learning tests, spread over
+# TEST_WORKERS processes (pytest-xdist), one test module per worker at a time: the suite's many runs of
+# a head spend much of their time waiting on each other's processes, so 2 workers fill a 2-core
+# machine. Every test owns its TMPDIR and ports (port 0), so tests running side by side cannot see
+# each other's folders, sockets or processes. TEST_WORKERS=0 runs the suite in one process, in order.
+TEST_WORKERS ?= 2
 test: install
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The suite in a random order (modules and the tests inside each shuffled; the seed is printed, and
 # PYTEST_ARGS=--random-order-seed=N repeats an order): no test may depend on another having run first.

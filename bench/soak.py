@@ -77,20 +77,20 @@ POISONS = A.CHUNK_ATTACKS  # poisoned chunk kind -> the head's rejection reason
 
 # ---------------------------------------------------------------------------- processes
 def heads_tmpdir(work: Path) -> Path:
-    """The heads' TMPDIR: work/t, or a new folder under the temp dir (then /tmp) when that path is too long for
-    the heads' unix sockets, so their ipc folders land where the soak looks for them (shared/tempdirs.py)."""
+    """The heads' TMPDIR: work/t, or else a new soak-* folder of its own under the temp dir (then under /tmp) when
+    work/t is too long for the heads' unix sockets, so their ipc folders land where the soak looks for them
+    (shared/tempdirs.py) and nobody else's do: never a shared folder such as /tmp itself, whose other heads'
+    folders the soak's checks would count as its own (and which it removes when done)."""
     def fits(path: str) -> bool:
         return len(os.fsencode(path)) + 1 + tempdirs.NAME_ROOM + 1 + tempdirs.SOCKET_NAME_ROOM <= tempdirs.SOCKET_PATH_MAX
 
-    for candidate in (str(work / "t"), None, tempdirs.FALLBACK_ROOT):
-        if candidate is None:
-            base = tempfile.gettempdir()
-            if fits(os.path.join(base, "soak-12345678")):
-                return Path(tempfile.mkdtemp(prefix="soak-", dir=base))
-        elif fits(candidate):
-            path = Path(candidate)
-            path.mkdir(parents=True, exist_ok=True)
-            return path
+    own = work / "t"
+    if fits(str(own)):
+        own.mkdir(parents=True, exist_ok=True)
+        return own
+    for base in (tempfile.gettempdir(), tempdirs.FALLBACK_ROOT):
+        if fits(os.path.join(base, "soak-12345678")) and os.path.isdir(base):
+            return Path(tempfile.mkdtemp(prefix="soak-", dir=base))
     raise SystemExit("error: no temp dir short enough for the heads' unix socket paths (set TMPDIR=/tmp)")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,23 @@ def test_plan_runs_every_kind_even_when_the_machine_is_slower_than_planned(tmp_p
         assert tuple(plans[:len(KINDS)]) == KINDS and plans[len(KINDS):] == ["clean"], plans
     finally:
         soak.ctx.destroy(linger=0)
+
+
+def test_the_heads_tmpdir_is_a_folder_of_the_soak_s_own_even_when_every_path_is_too_long(tmp_path, own_tmpdir,
+                                                                                         monkeypatch):
+    """Too long a workdir and TMPDIR for unix socket paths: the soak's heads get a new soak-* folder under /tmp, never
+    /tmp itself (where other heads' folders would count as leftovers, and which the soak removes when done)."""
+    import tempfile
+
+    from bench.soak import heads_tmpdir
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    got = heads_tmpdir(deep / "work")
+    try:
+        assert got.parent == Path("/tmp") and got.name.startswith("soak-") and got.is_dir() and not any(got.iterdir())
+    finally:
+        got.rmdir()
+    short = heads_tmpdir(own_tmpdir / "w")  # a short enough workdir keeps its own t/
+    assert short == own_tmpdir / "w" / "t" and short.is_dir()
