@@ -61,9 +61,14 @@ def test_cartpole_learns_through_the_whole_system(tmp_path: Path) -> None:
     assert (run_dir / "checkpoint").is_dir(), "no checkpoint written at the end of the run"
     rows = [r for r in read_metrics(run_dir) if r.get("mean_return_20") is not None and r["env_steps"] <= MAX_ENV_STEPS]
     assert rows, "no episode statistics within the step budget"
-    # it starts out random: the mean episode length (= return on CartPole) over everything before the first
-    # row (rows come every logging interval; a fast run may already have learned by then, so not the window)
-    assert rows[0]["env_steps"] / max(1, rows[0]["episodes"]) < 4 * RANDOM_POLICY_RETURN, rows[0]
+    # it starts out random: the mean episode length (= return on CartPole) of every episode before the first row.
+    # Up to 20 episodes that is the row's window, from the episodes' own summaries; beyond, env steps over episodes
+    # (a fast run may have learned within the last 20 by then). Not that ratio for a few episodes: env steps come
+    # with chunks and episodes with their summaries, so a row can count a chunk whose episodes' summaries are still
+    # on their way (one chunk of 384 steps over 2 episodes once looked like a trained policy)
+    first = rows[0]
+    start = first["mean_return_20"] if first["episodes"] <= 20 else first["env_steps"] / first["episodes"]
+    assert start < 4 * RANDOM_POLICY_RETURN, first
     best = max(r["mean_return_20"] for r in rows)
     assert summary["reason"] == "target_return" and summary["env_steps"] <= MAX_ENV_STEPS, \
         f"mean return of the last 20 episodes never reached {SOLVED_RETURN} within {MAX_ENV_STEPS} env steps " \
