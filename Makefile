@@ -59,7 +59,7 @@ test: install
 
 # The suite in a random order (modules and the tests inside each shuffled; the seed is printed, and
 # PYTEST_ARGS=--random-order-seed=N repeats an order): no test may depend on another having run first.
-# Not the default, so a plain `make test` failure reproduces in the same order.
+# Not the default: `make test` keeps each module's order (TEST_WORKERS=0 also the order of the modules).
 test-random: install
 	$(VPY) -m pytest --random-order $(PYTEST_ARGS)
 
