@@ -72,7 +72,7 @@ def _series(rows: list[dict[str, Any]], key: str, wall: bool = False) -> tuple[l
     return xs, ys
 
 
-def _evals(metrics_path: Path, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+def periodic_evals(metrics_path: Path, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Periodic evaluations beside the metrics, each with its env steps and wall minutes (from the metrics)."""
     path = metrics_path.parent / EVALS_FILE
     if not path.is_file():
@@ -148,7 +148,7 @@ def plot_learning_curve(metrics_path: str | Path, out_png: str | Path,
     rows = read_metrics(metrics_path)
     if not any(_series(rows, key)[0] for key, _, _ in PANELS):
         raise ValueError(f"{metrics_path}: no rows with env_steps and mean_x_pos_20/mean_return_20 to plot")
-    evals = _evals(metrics_path, rows)
+    evals = periodic_evals(metrics_path, rows)
     plt, fig, axes = _axes(title or f"Learning curve: {metrics_path.parent.name}")
     for row_axes, (key, _, base_key) in zip(axes, PANELS, strict=True):
         for ax, wall in zip(row_axes, (False, True), strict=True):
@@ -185,7 +185,7 @@ def plot_runs(runs: Sequence[tuple[str, str | Path]], out_png: str | Path,
             plt.close(fig)
             raise ValueError(f"{metrics}: not found")
         rows = read_metrics(metrics)
-        evals = _evals(metrics, rows)
+        evals = periodic_evals(metrics, rows)
         color = COLORS[n % len(COLORS)]
         for row_axes, (key, _, base_key) in zip(axes, PANELS, strict=True):
             greedy = bool(_series(rows, key + GREEDY_SUFFIX)[0])

@@ -21,7 +21,7 @@ from PIL import Image
 from evaluate import random_policy as rpb
 from evaluate.evaluate import find_baseline
 from evaluate.evaluate import main as evaluate_main
-from evaluate.plots import _evals, _wall_minutes, plot_learning_curve, plot_runs, read_metrics
+from evaluate.plots import _wall_minutes, periodic_evals, plot_learning_curve, plot_runs, read_metrics
 from evaluate.plots import main as plots_main
 from evaluate.video import FrameRecorder, to_rgb, write_gif
 from shared.config import Config, EnvConfig
@@ -174,7 +174,7 @@ def test_plot_runs_overlays_runs_with_their_periodic_evaluations(tmp_path: Path)
         (run / "evals.jsonl").write_text(json.dumps({"env_steps": 250, "mean_x_pos": 300.0, "mean_return": 5.0,
                                                      "flag_rate": 0.1}) + "\n")
     rows = read_metrics(tmp_path / "a" / "metrics.jsonl")
-    evals = _evals(tmp_path / "a" / "metrics.jsonl", rows)
+    evals = periodic_evals(tmp_path / "a" / "metrics.jsonl", rows)
     assert evals == [{"env_steps": 250.0, "minutes": 0.5, "mean_x_pos": 300.0, "mean_return": 5.0, "flag_rate": 0.1}]
     png = plot_runs([("seed 0", tmp_path / "a"), ("seed 1", tmp_path / "b" / "metrics.jsonl")], tmp_path / "r.png",
                     {"mean_x_pos": 200.0, "mean_return": 2.0})
