@@ -77,6 +77,7 @@ class Collector:
         self.obs_shape, self.obs_dtype = spec.obs_shape, spec.obs_dtype
         self.stack, self.num_actions = spec.stack, spec.num_actions
         self.net = build_q_network_for(spec, config.learner).eval()
+        self.noisy = config.learner.noisy_sigma > 0
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)
@@ -131,6 +132,8 @@ class Collector:
         if taken is not None:
             self.load_weights(*taken)
         t0 = time.perf_counter()
+        if self.noisy:  # NoisyNet: new weight noise every step, shared by this collector's K streams
+            self.net.reset_noise()
         q = self._q(self.stacks)
         self.timing.infer_s += time.perf_counter() - t0
         for i, rec in enumerate(self.recorders):

@@ -168,7 +168,7 @@ def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
 
     from learner.checkpoint import CheckpointError, check_state_dict
     from shared.config import ENCODERS
-    from shared.network import build_q_network
+    from shared.network import NOISY_SIGMA0, build_q_network
 
     g = data.geometry
     where = (data.path or Path(".")) / "model.pt"
@@ -178,6 +178,9 @@ def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
         hidden, dueling = int(g.get("hidden", 512)), bool(g.get("dueling", True))
         encoder, encoder_width = str(g.get("encoder", "nature")), int(g.get("encoder_width", 1))
         quantiles = int(g.get("quantiles", 0))
+        noisy = g.get("noisy", False)
+        if not isinstance(noisy, bool):
+            raise ValueError(f"noisy {noisy!r} is not true or false")
         if encoder not in ENCODERS:
             raise ValueError(f"encoder {encoder!r} is not one of {', '.join(ENCODERS)}")
     except (KeyError, TypeError, ValueError) as exc:
@@ -188,7 +191,9 @@ def load_greedy(data: Any, env: Any) -> tuple[Policy, int, int]:
         raise EvalError(f"{where}: checkpoint geometry (obs {obs_shape}, {num_actions} actions) does not match the "
                         f"env built from its config (obs {env_shape}, {env_actions} actions)")
     torch.set_num_threads(1)
-    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling, encoder, encoder_width, quantiles).eval()
+    # a NoisyNet checkpoint plays with its mean weights (sigma0 sets only the init, which the load replaces)
+    net = build_q_network(obs_shape, stack, num_actions, hidden, dueling, encoder, encoder_width, quantiles,
+                          NOISY_SIGMA0 if noisy else 0.0).eval().set_noise(False)
     try:
         check_state_dict(net.state_dict(), data.model["online"], f"{where}[online]")
     except CheckpointError as exc:

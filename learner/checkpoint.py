@@ -67,17 +67,17 @@ OLD_NAME = "checkpoint.old"
 TORCH_FILES = ("model.pt", "optimizer.pt", "scaler.pt", "rng.pt")
 REPLAY_DIR = "replay"
 # geometry keys added after the first checkpoints were written, and the value a meta.json without them means
-GEOMETRY_DEFAULTS: dict[str, Any] = {"encoder": "nature", "encoder_width": 1, "quantiles": 0}
+GEOMETRY_DEFAULTS: dict[str, Any] = {"encoder": "nature", "encoder_width": 1, "quantiles": 0, "noisy": False}
 
 
 def geometry_of(spec: EnvSpec, hidden: int, dueling: bool, encoder: str = "nature",
-                encoder_width: int = 1, quantiles: int = 0) -> dict[str, Any]:
+                encoder_width: int = 1, quantiles: int = 0, noisy: bool = False) -> dict[str, Any]:
     """meta.json's geometry record of a learner on `spec`: what a checkpoint must match to be loaded.
 
     Its keys and value types are fixed: obs_shape (list), obs_dtype (numpy's dtype.str, e.g. "|u1"),
     stack, num_actions, hidden, dueling (every checkpoint has them), encoder (str), encoder_width
-    (int) and quantiles (int) (a checkpoint without them holds a nature encoder and one value per action:
-    GEOMETRY_DEFAULTS)."""
+    (int), quantiles (int) and noisy (bool: NoisyNet head layers) (a checkpoint without them holds a nature
+    encoder and one plain value per action: GEOMETRY_DEFAULTS)."""
     return {
         "obs_shape": [int(d) for d in spec.obs_shape],
         "obs_dtype": np.dtype(spec.obs_dtype).str,
@@ -88,6 +88,7 @@ def geometry_of(spec: EnvSpec, hidden: int, dueling: bool, encoder: str = "natur
         "encoder": str(encoder),
         "encoder_width": int(encoder_width),
         "quantiles": int(quantiles),
+        "noisy": bool(noisy),
     }
 
 

@@ -84,9 +84,11 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
             raise CheckpointError(f"{meta_path}: missing key {key!r}")
     if not isinstance(meta["geometry"], dict):
         bad("geometry", meta["geometry"], "an object of obs_shape, obs_dtype, stack, num_actions, hidden, dueling, "
-            "encoder, encoder_width, quantiles")
+            "encoder, encoder_width, quantiles, noisy")
     encoder, width = meta["geometry"].get("encoder", "nature"), meta["geometry"].get("encoder_width", 1)
     quantiles = meta["geometry"].get("quantiles", 0)
+    if not isinstance(meta["geometry"].get("noisy", False), bool):
+        bad("geometry.noisy", meta["geometry"]["noisy"], "true or false (NoisyNet head layers)")
     if not isinstance(quantiles, int) or isinstance(quantiles, bool) or quantiles < 0:
         bad("geometry.quantiles", quantiles, "a non-negative integer (0: one value per action)")
     if not isinstance(encoder, str):

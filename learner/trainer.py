@@ -103,13 +103,18 @@ class Learner:
         if self.device.type == "cpu":
             torch.set_num_threads(lc.torch_threads)
         # meta.json's record, checked on load
-        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width, lc.quantiles)
+        self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width, lc.quantiles,
+                                         lc.noisy_sigma > 0)
         image = spec.image
         # channels_last: NHWC convs feed CUDA tensor cores; on CPU (1 thread, AVX2, fp32) it
         # measured no consistent gain (BENCHMARKS.md, "Design measurements"), so it stays off there
         # (the learner bench reports fp32_cl_b* to recheck).
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        self.noisy = lc.noisy_sigma > 0
+        if lc.step_mode != "eager" and self.noisy:
+            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not draw NoisyNet noise "
+                             "(learner.noisy_sigma)")
         if lc.step_mode != "eager" and lc.reset_every_updates > 0:
             raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not implement resets "
                              "(learner.reset_every_updates)")
@@ -169,6 +174,9 @@ class Learner:
             return self._device_step(source)
         t0 = time.perf_counter()
         batch = source.get()
+        if self.noisy:  # NoisyNet: fresh weight noise for this update, independent in the online and target nets
+            self.online.reset_noise()
+            self.target.reset_noise()
         loss, td, q_sum, grad_norm, applied = apply_update(self, batch)
         if applied is False:  # known on the host: nothing learned from this batch, its priorities stay
             self._skipped_host += 1

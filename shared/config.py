@@ -126,6 +126,10 @@ class LearnerConfig:
     # QR-DQN (Dabney et al. 2017): the head outputs this many quantiles of the return per action, trained with the
     # quantile Huber loss; acting and the bootstrap action use their mean. 0 = off (one value per action); paper 200
     quantiles: int = 0
+    # NoisyNet exploration (Fortunato et al. 2018): the head's linear layers get learned, factorized Gaussian weight
+    # noise of this initial sigma0 (paper 0.5), drawn anew for every update and every collector step; evaluation
+    # acts with the mean weights. Collectors' epsilons still apply (set them low to explore by noise alone). 0 = off
+    noisy_sigma: float = 0.0
     # Periodic resets (Nikishin et al. 2022; BBF): every this many updates re-initialize part of the online
     # network against primacy bias (0 = off); costs nothing between resets, relearning after each
     reset_every_updates: int = 0

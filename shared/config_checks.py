@@ -110,7 +110,8 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     """Parameter count of shared/network.py `build_q_network` for this config and env, without torch.
 
     The layer sizes of the network `build_q_network(spec.obs_shape, spec.stack, spec.num_actions,
-    learner.hidden, learner.dueling, learner.encoder, learner.encoder_width, learner.quantiles)` builds
+    learner.hidden, learner.dueling, learner.encoder, learner.encoder_width, learner.quantiles,
+    learner.noisy_sigma)` builds
     (tests/test_cli_errors.py counts the built one against it); torch-free because `Config.check_valid`
     runs where torch is not installed. `spec` None:
     Mario ids use the spec their config implies, other envs an unknown vector whose input layer
@@ -146,7 +147,8 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     per_action = max(1, cfg.learner.quantiles)  # QR-DQN: N quantiles per action (and N values)
     advantage = features * hidden + hidden + (hidden + 1) * num_actions * per_action
     value = features * hidden + hidden + (hidden + 1) * per_action if cfg.learner.dueling else 0
-    return torso + advantage + value
+    noisy = 2 if cfg.learner.noisy_sigma > 0 else 1  # NoisyNet head layers: a sigma beside every mu
+    return torso + noisy * (advantage + value)
 
 
 def estimate_network_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
@@ -261,7 +263,8 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
 
 def check_levers(cfg: Config) -> None:
     """The optional learning levers (learner/dqn.py: Munchausen and quantile targets; learner/resets.py): ranges,
-    Munchausen or quantiles but not both, a reset that changes something, and resets in the eager step only."""
+    Munchausen or quantiles but not both, a reset that changes something, and resets and NoisyNet layers in the eager
+    step only."""
     lrn = cfg.learner
     _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
     _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
@@ -278,6 +281,10 @@ def check_levers(cfg: Config) -> None:
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
+    _float_range("learner.noisy_sigma", lrn.noisy_sigma, 0.0, 10.0)
+    if lrn.step_mode != "eager" and lrn.noisy_sigma > 0:
+        _fail("learner.step_mode", lrn.step_mode, "eager with learner.noisy_sigma set (the device step does not draw "
+              "NoisyNet noise: set learner.step_mode=eager or learner.noisy_sigma=0)")
     if lrn.step_mode != "eager" and lrn.reset_every_updates > 0:
         _fail("learner.step_mode", lrn.step_mode, "eager with learner.reset_every_updates set (the device step "
               "does not implement resets: set learner.step_mode=eager or learner.reset_every_updates=0)")

@@ -5,7 +5,9 @@ the Nature-DQN CNN (default) or the IMPALA residual CNN; the uint8 -> float scal
 inside the network so uint8 is what travels, is stored and is gathered. Vector observations
 ([B, S, D], any float dtype) go through an MLP. All end in a dueling head (or a plain linear
 head), with one value per action or, for QR-DQN, N quantiles per action. He (Kaiming) init for ReLU
-layers.
+layers. With `noisy_sigma` > 0 the head's linear layers are NoisyNet layers (factorized Gaussian noise,
+Fortunato et al. 2018): exploration by perturbed weights the learner tunes, resampled by whoever acts or
+learns (`reset_noise`), switched off for evaluation (`set_noise(False)`: the mean weights).
 """
 
 from __future__ import annotations
@@ -18,6 +20,50 @@ from torch import nn
 from shared.config import ENCODERS, LearnerConfig
 from shared.env_spec import EnvSpec, is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 
+NOISY_SIGMA0 = 0.5  # the NoisyNet paper's factorized sigma0: what rebuilding a checkpoint's network for loading uses
+
+
+class NoisyLinear(nn.Module):
+    """y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b, with factorized noise eps_w = f(eps_out) f(eps_in)^T,
+    eps_b = f(eps_out), f(x) = sign(x) sqrt(|x|) (Fortunato et al. 2018, the factorized form DQN variants use).
+
+    mu ~ U(-1/sqrt(in), 1/sqrt(in)) and sigma = sigma0 / sqrt(in) at init. The noise is a pair of vectors kept
+    outside the state_dict (what travels, is checkpointed and loaded are mu and sigma only): `reset_noise` draws a
+    new pair, `noise = False` makes the layer its mean (a plain linear layer with weights mu)."""
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float) -> None:
+        super().__init__()
+        if sigma0 <= 0:
+            raise ValueError(f"sigma0={sigma0}: a NoisyLinear needs sigma0 > 0")
+        self.in_features, self.out_features = in_features, out_features
+        bound = in_features ** -0.5
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+        self.noise = True
+        self.reset_noise()
+
+    @staticmethod
+    def _scaled_noise(n: int, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        x = torch.randn(n, generator=generator, device=like.device, dtype=like.dtype)
+        return x.sign() * x.abs().sqrt()
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        if self.eps_in.is_meta:
+            return
+        self.eps_in.copy_(self._scaled_noise(self.in_features, self.eps_in, generator))
+        self.eps_out.copy_(self._scaled_noise(self.out_features, self.eps_out, generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.noise:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+
 
 class DuelingHead(nn.Module):
     """Q = V + A - mean(A): separates state value from action advantages.
@@ -25,19 +71,24 @@ class DuelingHead(nn.Module):
     With `quantiles` N > 0 (QR-DQN) every action gets N quantiles of its return: the advantage layer
     outputs A x N values, the value layer N, combined per quantile; `forward` returns their mean over the
     quantiles (the Q-values acting and evaluation use), `forward(..., quantiles=True)` the [B, A, N] quantiles
-    the loss needs."""
+    the loss needs. With `noisy_sigma` > 0 its linear layers are NoisyLinear layers of that sigma0."""
 
-    def __init__(self, in_features: int, hidden: int, num_actions: int, dueling: bool, quantiles: int = 0) -> None:
+    def __init__(self, in_features: int, hidden: int, num_actions: int, dueling: bool, quantiles: int = 0,
+                 noisy_sigma: float = 0.0) -> None:
         super().__init__()
         if quantiles < 0:
             raise ValueError(f"quantiles={quantiles}: need 0 (off) or more")
+        if noisy_sigma < 0:
+            raise ValueError(f"noisy_sigma={noisy_sigma}: need 0 (off) or more")
         self.dueling, self.num_actions, self.quantiles = dueling, num_actions, quantiles
         per_action = max(1, quantiles)
-        self.advantage = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(),
-                                       nn.Linear(hidden, num_actions * per_action))
+
+        def linear(n_in: int, n_out: int) -> nn.Module:
+            return NoisyLinear(n_in, n_out, noisy_sigma) if noisy_sigma > 0 else nn.Linear(n_in, n_out)
+
+        self.advantage = nn.Sequential(linear(in_features, hidden), nn.ReLU(), linear(hidden, num_actions * per_action))
         self.value = (
-            nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, per_action)) if dueling
-            else None
+            nn.Sequential(linear(in_features, hidden), nn.ReLU(), linear(hidden, per_action)) if dueling else None
         )
 
     def forward(self, features: torch.Tensor, quantiles: bool = False) -> torch.Tensor:
@@ -155,6 +206,20 @@ class QNetwork(nn.Module):
         """Q-values [B, A]; with `quantiles` (a QR-DQN head only) the return quantiles [B, A, N]."""
         return self.head(self.torso(obs), quantiles)
 
+    def noisy_layers(self) -> list[NoisyLinear]:
+        return [m for m in self.modules() if isinstance(m, NoisyLinear)]
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new noise in every NoisyLinear layer (none: nothing to do)."""
+        for layer in self.noisy_layers():
+            layer.reset_noise(generator)
+
+    def set_noise(self, on: bool) -> QNetwork:
+        """Noisy weights (acting, learning) or their means (evaluation); returns self so calls chain."""
+        for layer in self.noisy_layers():
+            layer.noise = bool(on)
+        return self
+
 
 def build_q_network(
     obs_shape: Sequence[int],
@@ -165,13 +230,15 @@ def build_q_network(
     encoder: str = "nature",
     encoder_width: int = 1,
     quantiles: int = 0,
+    noisy_sigma: float = 0.0,
 ) -> QNetwork:
     """One factory for collectors and learner: same architecture, same init, same inputs.
 
     `obs_shape` is one observation's shape ((H, W) for frames, (D,) for vectors); the network
     input is [B, stack, *obs_shape]. `encoder` ("nature" or "impala") and `encoder_width` (the
     impala channel multiplier; 1 with nature) pick the frames' torso; vectors take the MLP and
-    accept only the defaults. `quantiles` > 0 makes it a QR-DQN network (DuelingHead).
+    accept only the defaults. `quantiles` > 0 makes it a QR-DQN network (DuelingHead), `noisy_sigma` > 0 a
+    NoisyNet one (the head's layers; NoisyLinear keeps its own init, He init the rest).
     """
     if num_actions < 1:
         raise ValueError(f"num_actions={num_actions}: need at least one action")
@@ -193,7 +260,8 @@ def build_q_network(
         for dim in obs_shape:
             flat *= int(dim)
         torso = VectorMLP(flat, hidden)
-    net = QNetwork(torso, DuelingHead(torso.out_features, hidden, num_actions, dueling, int(quantiles)))
+    net = QNetwork(torso, DuelingHead(torso.out_features, hidden, num_actions, dueling, int(quantiles),
+                                      float(noisy_sigma)))
     _he_init(net)
     return net
 
@@ -202,7 +270,7 @@ def build_q_network_for(spec: EnvSpec, lc: LearnerConfig) -> QNetwork:
     """`build_q_network` for an env's spec and the learner section of a run's config: what the collector, the
     learner and the WEIGHTS template all build."""
     return build_q_network(spec.obs_shape, spec.stack, spec.num_actions, lc.hidden, lc.dueling, lc.encoder,
-                           lc.encoder_width, lc.quantiles)
+                           lc.encoder_width, lc.quantiles, lc.noisy_sigma)
 
 
 def _he_init(module: nn.Module) -> None:

@@ -288,6 +288,9 @@ def test_good_input_still_parses(tmp_path):
          (84, 84), 4, 3),
         (["learner.quantiles=32"], None, None, None),  # QR-DQN: 32 quantiles per action and 32 values
         (["env.env_id=CartPole-v1", "learner.hidden=64", "learner.quantiles=7", "learner.dueling=false"], (4,), 1, 2),
+        (["learner.noisy_sigma=0.5"], None, None, None),  # NoisyNet: a sigma beside every mu of the head
+        (["env.env_id=CartPole-v1", "learner.hidden=64", "learner.noisy_sigma=0.1", "learner.quantiles=3",
+          "learner.munchausen_alpha=0"], (4,), 1, 2),
     ],
 )
 def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, num_actions):
@@ -305,6 +308,7 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         encoder=cfg.learner.encoder,
         encoder_width=cfg.learner.encoder_width,
         quantiles=cfg.learner.quantiles,
+        noisy_sigma=cfg.learner.noisy_sigma,
     )
     params = sum(p.numel() for p in built.parameters())
     spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,

@@ -239,6 +239,8 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
                                                                          "learner.reset_every_updates"]),
     (["learner.quantiles=-1"], ["learner.quantiles=-1", "[0, 1024]"]),
     (["learner.quantiles=32", "learner.munchausen_alpha=0.9"], ["learner.quantiles=32", "munchausen_alpha"]),
+    (["learner.noisy_sigma=-0.5"], ["learner.noisy_sigma=-0.5", "[0.0, 10.0]"]),
+    (["learner.noisy_sigma=0.5", "learner.step_mode=device"], ["learner.step_mode='device'", "learner.noisy_sigma"]),
 ])
 def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"

@@ -200,9 +200,10 @@ def test_spec_geometry_records_the_encoder() -> None:
     spec = EnvSpec((84, 84), np.uint8, 7, 4)
     assert geometry_of(spec, 512, True) == {"obs_shape": [84, 84], "obs_dtype": "|u1", "stack": 4, "num_actions": 7,
                                             "hidden": 512, "dueling": True, "encoder": "nature", "encoder_width": 1,
-                                            "quantiles": 0}
+                                            "quantiles": 0, "noisy": False}
     assert geometry_of(spec, 64, False, "impala", 2)["encoder_width"] == 2
     assert geometry_of(spec, 64, False, "nature", 1, 32)["quantiles"] == 32
+    assert geometry_of(spec, 64, False, "nature", 1, 0, True)["noisy"] is True
 
 
 @pytest.mark.parametrize("dueling", [True, False])
