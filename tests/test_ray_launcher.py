@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,22 +99,31 @@ def _collector_actor_processes() -> set[int]:
 
 
 @pytest.fixture
-def ray_cluster():
+def ray_cluster(monkeypatch):
     """Two Ray nodes on this machine, 2 CPUs each (so SPREAD, not a lack of CPUs, puts collectors apart)."""
     if not HAVE_RAY:
         pytest.skip("ray is not installed (pip install -e '.[ray]'): Ray launcher test not run")
     from ray.cluster_utils import Cluster
 
     before = _ray_processes()
+    # Ray's session folder holds unix sockets (sun_path: 107 bytes), so Ray (here and in the head, which inherits the
+    # variable) gets a short folder of its own under /tmp, not the test's TMPDIR, whose path grows with pytest's
+    # folders (a worker's popen-gwN among them)
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", temp_dir)
     node_args = {"num_cpus": 2, "object_store_memory": 100 * 1024 * 1024}
-    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
     try:
-        cluster.add_node(**node_args)
-        cluster.wait_for_nodes()
-        yield cluster
+        cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+        try:
+            cluster.add_node(**node_args)
+            cluster.wait_for_nodes()
+            yield cluster
+        finally:
+            cluster.shutdown()
+            assert wait_for(lambda: not _ray_processes() - before, 30), \
+                f"Ray processes left: {_ray_processes() - before}"
     finally:
-        cluster.shutdown()
-        assert wait_for(lambda: not _ray_processes() - before, 30), f"Ray processes left: {_ray_processes() - before}"
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.slow
