@@ -51,7 +51,7 @@ def test_the_head_builds_a_non_mario_env_once_at_start(tmp_path, constructions) 
         assert head.learner.spec is spec
         assert head.learner.geometry == {"obs_shape": [84, 84], "obs_dtype": "|u1", "stack": 3, "num_actions": 4,
                                          "hidden": 16, "dueling": False, "encoder": "nature", "encoder_width": 1,
-                                         "quantiles": 0}
+                                         "quantiles": 0, "noisy": False}
         assert (head.replay.obs_shape, head.replay.stack) == ((84, 84), 3)
         assert head.consolidation.spec == ObsSpec.of(spec)
         assert head.consolidation.max_abs_reward == 80.0  # unscaled summaries: 40 / 0.5 per step
