@@ -64,6 +64,10 @@ def cpu_profile() -> Config:
             batch_size=RULE_BATCH,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
             precision="auto",  # bf16 where the CPU has native bf16 kernels (AVX512-BF16/AMX), else fp32
             compile_mode="off",  # compile time (tens of s) is not repaid on a 2-core box
+            # auto: one thread with bf16; in fp32 (no native bf16 kernels) the learner is ~4x slower, its collectors
+            # wait and the second core idles, so it takes both: 8.84-8.90 vs 7.50-7.74 updates/s (ABBA, 2026-11-27,
+            # BENCHMARKS.md "Design measurements")
+            torch_threads=0,
             # the whole update as one compiled device step (step_mode="captured") took 38% more CPU per update
             # than this eager bf16 learner at batch 32 (64.6 vs 46.7 ms) and its cold compile 2-3.5 minutes
             # (2026-11-25, docs/bench/learner_step_cpu_2026-11-25.json): eager stays

@@ -104,7 +104,7 @@ class Head:
         self.run_dir = Path(run_dir)
         self.train = train
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.set_num_threads(cfg.learner.torch_threads)
+        torch.set_num_threads(max(1, cfg.learner.torch_threads))  # 0 (auto): the learner sets it once it knows its precision
         self.device = resolve_device(cfg.learner.device)
         self.env_spec = spec = env_spec(cfg.env) if spec is None else spec  # what every part below is sized by
         # the env's choices: preprocessing, image (CNN) or vector (MLP) path, observation, actions

@@ -19,6 +19,7 @@ The loss itself is always computed in float32 (see `learner.dqn`).
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -49,6 +50,21 @@ def cpu_has_native_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+# A CPU learner in fp32 (no native bf16 kernels) costs ~4x a bf16 one: it sets the pace, its collectors wait at
+# the insert gate and the second core idles, so it takes two threads (BENCHMARKS.md, "Design measurements")
+FP32_CPU_LEARNER_THREADS = 2
+
+
+def learner_threads(requested: int, policy: PrecisionPolicy, cores: int | None = None) -> int:
+    """Torch intra-op threads for a CPU learner: `requested`, or for 0 (auto) one with bf16 (the learner and the
+    emulators then share the cores about evenly) and FP32_CPU_LEARNER_THREADS (at most the cores) in fp32."""
+    if requested > 0:
+        return int(requested)
+    if policy.device_type != "cpu" or policy.name != "fp32":
+        return 1
+    return max(1, min(FP32_CPU_LEARNER_THREADS, cores if cores is not None else (os.cpu_count() or 1)))
 
 
 def cuda_bf16_supported() -> bool:

@@ -41,7 +41,7 @@ from learner.checkpoint_checks import check_learner_state
 from learner.device_source import DeviceSource
 from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
-from learner.precision import resolve_precision
+from learner.precision import learner_threads, resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
 from learner.resets import PeriodicReset
 from learner.update import apply_update, compile_networks
@@ -100,8 +100,6 @@ class Learner:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())  # so device equality checks hold
         self.on_weights = on_weights
-        if self.device.type == "cpu":
-            torch.set_num_threads(lc.torch_threads)
         # meta.json's record, checked on load
         self.geometry = ckpt.geometry_of(spec, lc.hidden, lc.dueling, lc.encoder, lc.encoder_width, lc.quantiles,
                                          lc.noisy_sigma > 0)
@@ -124,6 +122,9 @@ class Learner:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, lc.lr, lc.adam_eps, self.device)
         self.precision = resolve_precision(lc.precision, self.device)
+        if self.device.type == "cpu":
+            torch.set_num_threads(learner_threads(lc.torch_threads, self.precision))
+            log.info("learner: %s on the CPU, %d torch threads", self.precision.name, torch.get_num_threads())
         self.scaler = self.precision.make_scaler()
         self.micro = int(lc.batch_size)
         self.accum = int(lc.grad_accum_steps)

@@ -154,7 +154,8 @@ class LearnerConfig:
     checkpoint_every_s: float = 600.0  # periodic checkpoint interval in seconds
     save_replay: bool = False  # include the replay buffer in checkpoints (large)
     prefetch: bool = True  # sample the next batch in a background thread while training
-    torch_threads: int = 1  # torch intra-op threads for the learner on CPU
+    # torch intra-op threads for a CPU learner; 0 = auto: 1 with bf16, 2 in fp32 (learner/precision.py)
+    torch_threads: int = 1
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("learner.max_insert_lead", lrn.max_insert_lead, 0)
     _int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
     _float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
-    _int_range("learner.torch_threads", lrn.torch_threads, 1, 256)
+    _int_range("learner.torch_threads", lrn.torch_threads, 0, 256)
 
     if not isinstance(t.bind, str) or not t.bind:
         _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0")

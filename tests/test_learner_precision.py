@@ -84,3 +84,29 @@ def test_learner_reports_resolved_precision() -> None:
         assert learner.stats()["precision"] == "bf16"
     finally:
         learner.close()
+
+
+def test_auto_learner_threads_follow_the_precision_that_runs() -> None:
+    from learner.precision import FP32_CPU_LEARNER_THREADS, learner_threads
+
+    fp32 = PrecisionPolicy("fp32", "cpu", None, False)
+    bf16 = PrecisionPolicy("bf16", "cpu", torch.bfloat16, False)
+    cuda = PrecisionPolicy("fp32", "cuda", None, False)
+    assert learner_threads(3, fp32, cores=2) == 3 and learner_threads(1, fp32, cores=8) == 1  # asked for: kept
+    assert learner_threads(0, fp32, cores=8) == FP32_CPU_LEARNER_THREADS == 2
+    assert learner_threads(0, fp32, cores=1) == 1
+    assert learner_threads(0, bf16, cores=8) == 1 and learner_threads(0, cuda, cores=8) == 1
+
+
+def test_a_learner_on_auto_threads_sets_what_its_precision_takes() -> None:
+    import os
+
+    from learner.precision import learner_threads
+
+    before = torch.get_num_threads()
+    learner = make_learner(small_config(torch_threads=0, precision="fp32"))
+    try:
+        assert torch.get_num_threads() == learner_threads(0, learner.precision) == min(2, os.cpu_count() or 1)
+    finally:
+        learner.close()
+        torch.set_num_threads(before)
