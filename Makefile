@@ -52,10 +52,13 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml
 # TEST_WORKERS processes (pytest-xdist), one test module per worker at a time: the suite's many runs of
 # a head spend much of their time waiting on each other's processes, so 2 workers fill a 2-core
 # machine. Every test owns its TMPDIR and ports (port 0), so tests running side by side cannot see
-# each other's folders, sockets or processes. TEST_WORKERS=0 runs the suite in one process, in order.
+# each other's folders, sockets or processes. The few marked `alone` (judged by how processes share the
+# CPU) run afterwards, one at a time. TEST_WORKERS=0 runs the suite in one process, in order. Status 5
+# (nothing selected, e.g. PYTEST_ARGS naming a file without `alone` tests) is no failure.
 TEST_WORKERS ?= 2
 test: install
-	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The suite in a random order (modules and the tests inside each shuffled; the seed is printed, and
 # PYTEST_ARGS=--random-order-seed=N repeats an order): no test may depend on another having run first.

@@ -307,7 +307,7 @@ def run_naive_pipeline(
 
     from shared.env_factory import env_spec
 
-    torch.set_num_threads(cfg.learner.torch_threads)
+    torch.set_num_threads(max(1, cfg.learner.torch_threads))  # 0 (auto) is the real learner's rule: the naive one keeps 1
     c = cfg.collectors
     spec = env_spec(cfg.env)
     import multiprocessing as mp

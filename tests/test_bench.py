@@ -328,6 +328,7 @@ def test_mario_action_masks_are_the_joypad_bitmasks():
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # measures rates over short windows
 def test_tiny_real_run_measures_ceiling_and_naive(tmp_path):
     """Real processes, tiny settings: every measured figure is a positive number from this run."""
     data = _run(None, tmp_path, "--env", "CartPole-v1", "--collectors", "1", "--envs-per-collector", "1", "--set", "learner.precision=fp32",

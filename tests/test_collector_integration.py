@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 import shared.fake_env  # noqa: F401
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
@@ -92,6 +93,7 @@ def starts_by_stream(chunks_by_collector: dict[int, list[TransitionChunk]]) -> d
     return out
 
 
+@pytest.mark.alone  # both collectors must register within fixed waits
 def test_two_collectors_deliver_every_transition_exactly_once_in_order() -> None:
     cfg = counting_config()
     sink = TeeSink()

@@ -27,7 +27,8 @@ from shared.config import (
     TransportConfig,
 )
 
-pytestmark = pytest.mark.slow
+# alone: a collector starved of CPU for over transport.head_timeout_s takes its registration for reclaimed
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 # Run until the learner has made this many updates (many gate cycles), counted rather than timed: a loaded
 # machine gets there later, not differently. DEADLINE_S only bounds a run that makes no progress.
