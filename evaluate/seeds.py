@@ -31,6 +31,12 @@ from evaluate.plots import periodic_evals, pyplot, read_metrics, save_figure
 METRICS_FILE = "metrics.jsonl"
 
 
+def rate_keys(by_env_steps: int, by_minutes: tuple[float, ...]) -> list[tuple[str, str]]:
+    """(row key, title) of each best-flag-rate budget: the env-step one, then one per minute budget."""
+    return [(f"best_rate_by_{by_env_steps}_env_steps", f"best rate by {by_env_steps:,} env steps"),
+            *[(f"best_rate_by_{m:g}_min", f"best rate by {m:g} min") for m in by_minutes]]
+
+
 def seed_row(run_dir: Path, by_env_steps: int, by_minutes: tuple[float, ...], goal_rate: float) -> dict[str, Any]:
     """One seed's figures from `run_dir`'s evaluations (empty lists and None where it has none)."""
     metrics = run_dir / METRICS_FILE
@@ -45,14 +51,15 @@ def seed_row(run_dir: Path, by_env_steps: int, by_minutes: tuple[float, ...], go
         rates = [e["flag_rate"] for e in evals if pred(e)]
         return max(rates) if rates else None
 
+    # one predicate per rate_keys entry: evaluated within the env-step budget, then within each minute budget
+    budgets = [lambda e: e["env_steps"] <= by_env_steps, *[lambda e, m=m: e["minutes"] <= m for m in by_minutes]]
     last = evals[-1] if evals else {}
     return {
         "run": str(run_dir),
         "evaluations": [{k: e.get(k) for k in ("env_steps", "minutes", "flag_rate", "mean_x_pos")} for e in evals],
         "first_flag": first(0.0),
         "first_goal": first(goal_rate),
-        f"best_rate_by_{by_env_steps}_env_steps": best(lambda e: e["env_steps"] <= by_env_steps),
-        **{f"best_rate_by_{m:g}_min": best(lambda e, m=m: e["minutes"] <= m) for m in by_minutes},
+        **{key: best(within) for (key, _), within in zip(rate_keys(by_env_steps, by_minutes), budgets, strict=True)},
         "env_steps": last.get("env_steps"),
         "minutes": last.get("minutes"),
     }
@@ -80,28 +87,24 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
-def markdown(rows: list[dict[str, Any]], labels: list[str], by_env_steps: int, by_minutes: tuple[float, ...],
-             goal_rate: float) -> str:
+def markdown(rows: list[dict[str, Any]], labels: list[str], summary: dict[str, Any], by_env_steps: int,
+             by_minutes: tuple[float, ...], goal_rate: float) -> str:
+    """The per-seed table, then one line per figure of `summary` (from `summarize(rows, ...)`)."""
+    rates = rate_keys(by_env_steps, by_minutes)
     cols = ["seed", "first flag: env steps / min", f"first >= {goal_rate:.0%}: env steps / min",
-            f"best rate by {by_env_steps:,} env steps", *[f"best rate by {m:g} min" for m in by_minutes],
-            "flag rate per evaluation", "evaluated up to (env steps / min)"]
+            *[title for _, title in rates], "flag rate per evaluation", "evaluated up to (env steps / min)"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
 
     def when(hit: dict[str, float] | None) -> str:
         return "-" if hit is None else f"{_fmt(hit['env_steps'])} / {_fmt(hit['minutes'])}"
 
     for label, row in zip(labels, rows, strict=True):
-        rates = " ".join(f"{e['flag_rate'] * 10:.0f}" for e in row["evaluations"]) or "-"
+        flags = " ".join(f"{e['flag_rate'] * 10:.0f}" for e in row["evaluations"]) or "-"
         out.append("| " + " | ".join([
-            label, when(row["first_flag"]), when(row["first_goal"]),
-            _fmt(row[f"best_rate_by_{by_env_steps}_env_steps"], 1),
-            *[_fmt(row[f"best_rate_by_{m:g}_min"], 1) for m in by_minutes],
-            rates + " (/10)", f"{_fmt(row['env_steps'])} / {_fmt(row['minutes'])}"]) + " |")
-    summary = summarize(rows, by_env_steps, by_minutes)
+            label, when(row["first_flag"]), when(row["first_goal"]), *[_fmt(row[key], 1) for key, _ in rates],
+            flags + " (/10)", f"{_fmt(row['env_steps'])} / {_fmt(row['minutes'])}"]) + " |")
     for key, title in (("first_flag_env_steps", "first flag, env steps"), ("first_flag_minutes", "first flag, min"),
-                       ("first_goal_env_steps", f"first >= {goal_rate:.0%}, env steps"),
-                       (f"best_rate_by_{by_env_steps}_env_steps", f"best rate by {by_env_steps:,} env steps"),
-                       *[(f"best_rate_by_{m:g}_min", f"best rate by {m:g} min") for m in by_minutes]):
+                       ("first_goal_env_steps", f"first >= {goal_rate:.0%}, env steps"), *rates):
         s = summary[key]
         digits = 1 if key.startswith("best") else 0
         if s["min"] is None:
@@ -120,7 +123,7 @@ def summarize(rows: list[dict[str, Any]], by_env_steps: int, by_minutes: tuple[f
            "first_flag_minutes": spread([hit(r, "first_flag", "minutes") for r in rows]),
            "first_goal_env_steps": spread([hit(r, "first_goal", "env_steps") for r in rows])}
     # a best rate is a score, not a time: a seed without evaluations there is missing, not "later"
-    for key in (f"best_rate_by_{by_env_steps}_env_steps", *[f"best_rate_by_{m:g}_min" for m in by_minutes]):
+    for key, _ in rate_keys(by_env_steps, by_minutes):
         known = sorted(r[key] for r in rows if r[key] is not None)
         out[key] = {"median": statistics.median(known) if known else None, "min": known[0] if known else None,
                     "max": known[-1] if known else None}
@@ -168,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         p.exit(2, f"error: no {METRICS_FILE} in {', '.join(missing)}\n")
     rows = [seed_row(r, args.by_env_steps, by_minutes, args.goal_rate) for r in args.runs]
-    print(markdown(rows, labels, args.by_env_steps, by_minutes, args.goal_rate))
+    summary = summarize(rows, args.by_env_steps, by_minutes)
+    print(markdown(rows, labels, summary, args.by_env_steps, by_minutes, args.goal_rate))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({
             "command": "python -m evaluate.seeds " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-            "labels": labels, "seeds": rows, "summary": summarize(rows, args.by_env_steps, by_minutes)},
+            "labels": labels, "seeds": rows, "summary": summary},
             indent=1) + "\n")
     if args.png:
         plot(rows, labels, args.png, args.title)
