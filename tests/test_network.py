@@ -226,11 +226,11 @@ def test_a_quantile_head_gives_n_quantiles_per_action_and_their_mean_as_q(duelin
         plain(obs, quantiles=True)
 
 
-@pytest.mark.slow
-def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(tmp_path) -> None:
+def run_inprocess_head(tmp_path, **learner_options) -> dict:
     """A whole run in one process (collectors as threads behind the real HELLO/WELCOME/WEIGHTS messages) on the
-    counting env's 84x84 frames: the collectors build the impala network from the WELCOME, accept the
-    learner's broadcasts (their chunks carry a newer weight version) and the checkpoint records the encoder."""
+    counting env's 84x84 frames with these learner options, to 2,000 env steps: it stopped there, trained, rejected
+    nothing, and its collectors acted with a broadcast version (one that refused the learner's weights would still
+    act with 0). Returns the checkpoint's geometry record."""
     import json
     import threading
 
@@ -240,9 +240,9 @@ def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(
     cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
                   collectors=CollectorConfig(count=2, envs_per_collector=2, chunk_steps=16),
                   replay=ReplayConfig(capacity=4096),
-                  learner=LearnerConfig(device="cpu", precision="fp32", hidden=16, batch_size=8, encoder="impala",
-                                        encoder_width=1, warmup_transitions=200, samples_per_insert=0.0,
-                                        weight_broadcast_every=2),
+                  learner=LearnerConfig(device="cpu", precision="fp32", hidden=16, batch_size=8,
+                                        warmup_transitions=200, samples_per_insert=0.0, weight_broadcast_every=2,
+                                        **learner_options),
                   transport=TransportConfig(port=0))
     head = Head(cfg.check_valid(), tmp_path / "run", inprocess=True)
     try:
@@ -253,6 +253,13 @@ def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(
     assert summary["reason"] == "max_env_steps", summary
     assert summary["updates"] >= 2 and stats.rejected == 0
     versions = [c["weight_version"] for c in stats.collectors.values()]
-    assert max(versions) >= 2, versions  # a collector that refused the impala weights would still act with 0
-    meta = json.loads((tmp_path / "run" / "checkpoint" / "meta.json").read_text())
-    assert (meta["geometry"]["encoder"], meta["geometry"]["encoder_width"]) == ("impala", 1)
+    assert max(versions) >= 2, versions
+    return json.loads((tmp_path / "run" / "checkpoint" / "meta.json").read_text())["geometry"]
+
+
+@pytest.mark.slow
+def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(tmp_path) -> None:
+    """The collectors build the impala network from the WELCOME, accept the learner's broadcasts (their chunks
+    carry a newer weight version) and the checkpoint records the encoder."""
+    geometry = run_inprocess_head(tmp_path, encoder="impala", encoder_width=1)
+    assert (geometry["encoder"], geometry["encoder_width"]) == ("impala", 1)

@@ -17,6 +17,7 @@ from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.network import NoisyLinear, build_q_network
 from tests.test_collector_unit import FakeLink
 from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.test_network import run_inprocess_head
 
 
 def _f(x: torch.Tensor) -> torch.Tensor:
@@ -128,30 +129,6 @@ def test_a_noisy_checkpoint_evaluates_with_its_mean_weights(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_a_noisy_run_trains_and_its_collectors_act_with_the_learner_s_noisy_weights(tmp_path) -> None:
-    """A whole run in one process (collectors as threads behind the real HELLO/WELCOME/WEIGHTS messages): the
-    collectors build the noisy network from the WELCOME and load the learner's broadcasts (mu and sigma; a refused
-    one would leave them at version 0), and the checkpoint records a noisy geometry."""
-    import json
-    import threading
-
-    from launcher.head import Head, StopAt
-    from shared.config import ReplayConfig, TransportConfig
-
-    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
-                  collectors=CollectorConfig(count=2, envs_per_collector=2, chunk_steps=16),
-                  replay=ReplayConfig(capacity=4096),
-                  learner=LearnerConfig(device="cpu", precision="fp32", hidden=16, batch_size=8, noisy_sigma=0.5,
-                                        warmup_transitions=200, samples_per_insert=0.0, weight_broadcast_every=2),
-                  transport=TransportConfig(port=0))
-    head = Head(cfg.check_valid(), tmp_path / "run", inprocess=True)
-    try:
-        summary = head.run(StopAt(env_steps=2_000, seconds=600), threading.Event())
-        stats = head.consolidation.stats()
-    finally:
-        head.close()
-    assert summary["reason"] == "max_env_steps", summary
-    assert summary["updates"] >= 2 and stats.rejected == 0
-    versions = [c["weight_version"] for c in stats.collectors.values()]
-    assert max(versions) >= 2, versions
-    meta = json.loads((tmp_path / "run" / "checkpoint" / "meta.json").read_text())
-    assert meta["geometry"]["noisy"] is True
+    """The collectors build the noisy network from the WELCOME and load the learner's broadcasts (mu and sigma; a
+    refused one would leave them at version 0), and the checkpoint records a noisy geometry."""
+    assert run_inprocess_head(tmp_path, noisy_sigma=0.5)["noisy"] is True
