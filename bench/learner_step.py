@@ -7,6 +7,8 @@ sampler and prefetch thread and the device modes their ring drains:
   eager     learner.step_mode=eager, prefetch on (what the profiles run today)
   device    the whole update as tensor ops, run op by op (learner/device_step.py)
   captured  the same step under torch.compile(fullgraph=True); on CUDA replayed as one CUDA graph
+  autotuned captured with learner.step_autotune (inductor's max-autotune: kernel choices timed at
+            compile time); only when asked for with --modes
 
 Per mode, batch and precision: steady updates/s over a timed window (blocks of updates, one device
 sync per block), the first update's seconds (compile and capture included), the process CPU
@@ -23,7 +25,8 @@ compile cache starts empty (unless --keep-compile-cache): the first repeat's com
 as on a machine's first run, the later repeats' come from inductor's on-disk cache, as on later runs.
 
     python -m bench.learner_step [--quick] [--device cpu|cuda] [--repeats 3] [--batches 32,64]
-                                 [--precisions fp32,bf16] [--seconds S] [--out FILE]
+                                 [--precisions fp32,bf16] [--modes eager,captured,autotuned] [--seconds S]
+                                 [--out FILE]
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, real_replay, sync_devic
 from bench.report import print_json
 
 RUN_S = 600.0  # the run length the compile-inclusive rate is quoted for
-MODES = ("eager", "device", "captured")
+MODES = ("eager", "device", "captured")  # the default set
+ALL_MODES = MODES + ("autotuned",)
+COMPILED = ("captured", "autotuned")
 
 
 def _device_busy(learner: Any, device: torch.device, updates: int) -> float | None:
@@ -89,10 +94,11 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
 
     lc = LearnerConfig(device=device.type, batch_size=batch, precision=precision, warmup_transitions=0,
                        samples_per_insert=0.0, prefetch=True, weight_broadcast_every=10**9,
-                       torch_threads=torch.get_num_threads(), step_mode=mode)
+                       torch_threads=torch.get_num_threads(), step_mode="captured" if mode in COMPILED else mode,
+                       step_autotune=mode == "autotuned")
     cfg = Config(learner=lc)
     cfg = replace(cfg, replay=replace(cfg.replay, storage_device="auto"))
-    if mode == "captured":
+    if mode in COMPILED:
         torch._dynamo.reset()  # compile as a new process would: from inductor's on-disk cache at best
     learner = Learner(cfg.learner, cfg.replay, EnvSpec(OBS_SHAPE, np.uint8, NUM_ACTIONS, STACK), replay, device,
                       config_json=cfg.to_json())
@@ -123,7 +129,7 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
         rate = n / wall
         return {
             "updates_per_s": rate, "updates": n, "first_update_s": first_s,
-            "compile_s": learner.compile_s if mode == "captured" else 0.0,
+            "compile_s": learner.compile_s if mode in COMPILED else 0.0,
             "host_cpu_ms_per_update": cpu / n * 1000.0, "wait_frac": stats["data_wait_frac"],
             "host_launch_ms_per_update": launch, "device_busy_frac": busy, "skipped_updates": stats["skipped_updates"],
             "rate_10min_incl_compile": max(0.0, RUN_S - first_s) * rate / RUN_S,
@@ -139,7 +145,7 @@ def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
 
 def run_step_bench(quick: bool = True, device: str | torch.device | None = None, repeats: int | None = None,
                    capacity: int | None = None, seconds: float | None = None, batches: tuple[int, ...] | None = None,
-                   precisions: tuple[str, ...] | None = None) -> dict[str, Any]:
+                   precisions: tuple[str, ...] | None = None, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """The step modes side by side; JSON-able. Keys: learner_updates_per_s (mode_precision_bBATCH -> median
     updates/s), learner_host_cpu_ms_per_update, learner_device_busy_frac, learner_wait_frac (same keys),
     and the spreads, first-update seconds and compile-inclusive rates in `details`."""
@@ -163,8 +169,8 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
     plan = []
     for b in batches:
         for p in precisions:
-            for mode in MODES:
-                if quick and not cuda and (mode == "captured" or p != "fp32"):
+            for mode in modes:
+                if quick and not cuda and (mode in COMPILED or p != "fp32"):
                     skipped[f"{mode}_{p}_b{b}"] = ("--quick on CPU: compiling the step takes about a minute per batch and "
                                                    "precision, bf16 runs in full runs")
                     continue
@@ -221,7 +227,7 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
         "details": {
             "updates_per_s": {k: _spread([r["updates_per_s"] for r in v]) for k, v in runs.items()},
             "first_update_s": {k: _spread([r["first_update_s"] for r in v], 2) for k, v in runs.items()},
-            "compile_s": {k: _spread([r["compile_s"] for r in v], 2) for k, v in runs.items() if k.startswith("captured")},
+            "compile_s": {k: _spread([r["compile_s"] for r in v], 2) for k, v in runs.items() if k.split("_")[0] in COMPILED},
             "rate_10min_incl_compile": {k: _spread([r["rate_10min_incl_compile"] for r in v]) for k, v in runs.items()},
             "skipped_updates": {k: [r["skipped_updates"] for r in v] for k, v in runs.items()},
         },
@@ -244,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                         "32,64,512 on CUDA; --quick: 32)")
     parser.add_argument("--precisions", default=None, help="comma-separated learner.precision values (default: "
                         "fp32 and bf16 where native, fp32 and auto on CUDA)")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated step modes, of "
+                        f"{', '.join(ALL_MODES)} (default: {','.join(MODES)})")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
     parser.add_argument("--keep-compile-cache", action="store_true",
                         help="use inductor's usual cache (default: a fresh one, so compile_s is a cold compile)")
@@ -264,13 +272,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if precisions is not None and not set(precisions) <= set(PRECISIONS):
         parser.error(f"--precisions={args.precisions!r}: allowed {', '.join(PRECISIONS)}")
+    modes = tuple(args.modes.split(","))
+    if not modes or not set(modes) <= set(ALL_MODES) or len(set(modes)) != len(modes):
+        parser.error(f"--modes={args.modes!r}: a comma-separated subset of {', '.join(ALL_MODES)}, each once")
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         if not args.keep_compile_cache:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         result = run_step_bench(quick=args.quick, device=args.device, repeats=args.repeats, capacity=args.capacity,
-                                seconds=args.seconds, batches=batches, precisions=precisions)
+                                seconds=args.seconds, batches=batches, precisions=precisions, modes=modes)
     print_json(result, args.out)
     return 0
 

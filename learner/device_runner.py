@@ -132,12 +132,19 @@ def _clone(t: torch.Tensor) -> torch.Tensor:
 class DeviceRunner:
     """Runs `device_update` on a bound state in the chosen mode (see the module docstring)."""
 
-    def __init__(self, cfg: StepConfig, state: StepState, online: nn.Module, target: nn.Module, mode: str) -> None:
+    def __init__(self, cfg: StepConfig, state: StepState, online: nn.Module, target: nn.Module, mode: str,
+                 autotune: bool = False) -> None:
         if mode not in ("device", "captured"):
             raise ValueError(f"DeviceRunner mode={mode!r}: allowed device, captured")
+        if autotune and mode != "captured":
+            raise ValueError(f"DeviceRunner autotune: only the captured mode compiles (mode={mode!r})")
         self.cfg, self.state, self.online, self.target, self.mode = cfg, state, online, target, mode
         self.cuda = state.params[0].device.type == "cuda"
-        self._fn = device_update if mode == "device" else torch.compile(device_update, fullgraph=True, dynamic=False)
+        # inductor's mode: autotune times kernel choices at compile time; "-no-cudagraphs" because the
+        # runner records the one graph itself (prepare)
+        self.compile_mode = ("max-autotune-no-cudagraphs" if autotune else "default") if mode == "captured" else None
+        self._fn = device_update if mode == "device" else torch.compile(device_update, fullgraph=True, dynamic=False,
+                                                                        mode=self.compile_mode)
         self._graph: Any = None
         self._ready = mode == "device"
         self.compile_s = 0.0

@@ -45,7 +45,7 @@ class DeviceSource:
         self.state = self._bind(updates)
         cfg = step_config(lc, replay_config, policy, scaler, optimizer.param_groups[0], stack=stack,
                           prioritized=self.ring.prioritized, channels_last=channels_last, uniform_rows=UNIFORM_ROWS)
-        self.runner = DeviceRunner(cfg, self.state, online, target, mode)
+        self.runner = DeviceRunner(cfg, self.state, online, target, mode, autotune=bool(lc.step_autotune))
         self.batch = batch
         self._expected_updates = int(updates)
         self.wait_s = 0.0  # host time spent mirroring the replay's new data onto the device

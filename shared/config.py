@@ -147,6 +147,10 @@ class LearnerConfig:
     # fullgraph=True and, on CUDA, replayed as one CUDA graph per update (learner/device_runner.py).
     # device/captured need compile_mode=off and the replay frames on the learner's device.
     step_mode: str = "eager"
+    # captured only: let inductor time its kernel choices for the step's convolutions and matmuls
+    # (max-autotune, without its own CUDA graphs: the runner records one): a longer compile for
+    # perhaps faster kernels where the GPU, not the host, bounds the update
+    step_autotune: bool = False
     warmup_transitions: int = 5_000  # replay size before learning starts
     samples_per_insert: float = 4.0  # replay ratio target: sampled transitions per inserted one (0 = unlimited)
     max_insert_lead: int = 0  # collectors may run this many transitions ahead of the ratio, then wait (0 = never wait, Ape-X)

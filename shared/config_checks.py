@@ -217,6 +217,11 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     if lrn.step_mode != "eager" and lrn.compile_mode != "off":
         _fail("learner.step_mode", lrn.step_mode, f"eager with learner.compile_mode={lrn.compile_mode!r} (device and "
               "captured compile the whole update themselves: set learner.compile_mode=off)")
+    if not isinstance(lrn.step_autotune, bool):
+        _fail("learner.step_autotune", lrn.step_autotune, "true or false")
+    if lrn.step_autotune and lrn.step_mode != "captured":
+        _fail("learner.step_autotune", lrn.step_autotune, f"false with learner.step_mode={lrn.step_mode!r} (only "
+              "the captured step is compiled: set learner.step_mode=captured or learner.step_autotune=false)")
     if lrn.step_mode != "eager" and lrn.device == "cuda" and r.storage_device == "cpu":
         _fail("learner.step_mode", lrn.step_mode, "eager with replay.storage_device='cpu' on a cuda learner (the "
               "device step samples frames on the learner's GPU: storage_device auto or learner)")

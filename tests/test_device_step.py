@@ -335,6 +335,38 @@ def test_the_step_compiles_with_fullgraph_and_matches_the_eager_step() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_step_autotune_compiles_the_captured_step_with_max_autotune_and_it_matches(monkeypatch) -> None:
+    """learner.step_autotune asks inductor for max-autotune without CUDA graphs of its own (the runner records
+    the one graph). What reaches torch.compile is recorded; the traced graph runs on the eager backend, so the
+    test takes seconds (inductor's kernel timing is measured by `python -m bench.learner_step --modes autotuned`),
+    and the autotuned learner trains as the op-by-op step does."""
+    calls = []
+    real_compile = torch.compile
+
+    def recording_compile(fn, **kwargs):
+        calls.append(kwargs)
+        return real_compile(fn, **{k: v for k, v in kwargs.items() if k != "mode"}, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    torch._dynamo.reset()
+    states = {}
+    for mode, autotune in (("device", False), ("captured", True)):
+        learner = learner_on(config(step_mode=mode, step_autotune=autotune, hidden=16), filled_replay(VECTOR))
+        try:
+            outs = [learner.train_step() for _ in range(3)]
+            states[mode] = (learner.online.state_dict(), outs, learner._source.runner.compile_mode)
+        finally:
+            learner.close()
+    torch._dynamo.reset()
+    assert calls == [{"fullgraph": True, "dynamic": False, "mode": "max-autotune-no-cudagraphs"}]
+    assert states["captured"][2] == "max-autotune-no-cudagraphs" and states["device"][2] is None
+    for a, b in zip(states["device"][1], states["captured"][1], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    for name, t in states["device"][0].items():
+        torch.testing.assert_close(states["captured"][0][name], t, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("lever", LEVERS)
 def test_with_a_target_lever_the_step_traces_as_one_graph(monkeypatch, lever: str) -> None:
     """The Munchausen or quantile target inside the captured step: dynamo traces it with fullgraph=True (it raises
@@ -453,12 +485,15 @@ def test_step_mode_is_checked_with_one_line_errors() -> None:
         ({"step_mode": "graph"}, {}, "learner.step_mode='graph' is invalid: allowed one of eager, device, captured"),
         ({"step_mode": "captured", "compile_mode": "default"}, {}, "set learner.compile_mode=off"),
         ({"step_mode": "device", "device": "cuda"}, {"storage_device": "cpu"}, "storage_device auto or learner"),
+        ({"step_mode": "device", "step_autotune": True}, {}, "only the captured step is compiled"),
+        ({"step_mode": "captured", "step_autotune": 1}, {}, "learner.step_autotune=1 is invalid: allowed true or false"),
     ):
         cfg = Config(learner=LearnerConfig(**learner), replay=ReplayConfig(**replay))
         with pytest.raises(ConfigError, match=match) as err:
             cfg.check_valid()
         assert "\n" not in str(err.value)
     assert Config(learner=LearnerConfig(step_mode="captured")).check_valid().learner.step_mode == "captured"
+    assert Config(learner=LearnerConfig(step_mode="captured", step_autotune=True)).check_valid().learner.step_autotune
 
 
 def test_a_replay_without_the_ring_is_refused_at_the_first_update() -> None:

@@ -23,11 +23,20 @@ def test_quick_step_bench_reports_every_key_with_reasons_for_nulls() -> None:
     assert out["details"]["skipped_updates"] == {"eager_fp32_b4": [0], "device_fp32_b4": [0]}
 
 
+def test_modes_pick_what_is_measured_and_autotuned_is_a_compiled_mode() -> None:
+    out = run_step_bench(quick=True, device="cpu", capacity=2000, seconds=0.05, batches=(4,), precisions=("fp32",),
+                         modes=("device", "autotuned"))
+    assert set(out["learner_updates_per_s"]) == {"device_fp32_b4"}
+    assert "autotuned_fp32_b4" in out["skipped"]  # compiled like captured: not under --quick on a CPU
+    assert out["ratios"] == {}  # no eager figure to compare with
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "0"], "--repeats=0"),
     (["--batches", "32,x"], "--batches='32,x'"),
     (["--precisions", "fp8"], "--precisions='fp8'"),
     (["--seconds", "-1"], "--seconds=-1"),
+    (["--modes", "eager,turbo"], "--modes='eager,turbo'"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "bench.learner_step", *argv], capture_output=True, text=True,
