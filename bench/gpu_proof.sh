@@ -12,6 +12,7 @@
 #   PY=python3 bash bench/gpu_proof.sh           # a machine's own Python (PYTHONPATH=/tmp/site, docs/GPU.md)
 #   RUN_SECONDS=180 RUN_MODES="eager captured" bash bench/gpu_proof.sh
 #   RUN_SETS="logging.eval_every_s=120" bash bench/gpu_proof.sh   # more overrides for the runs
+#   RUN_ARGS="--seed 1" RUN_TAG=_s1 bash bench/gpu_proof.sh   # more launcher arguments; runs named run_<mode>_s1
 # Where device time is short, the steps can be chosen and ordered, and their limits shortened:
 #   STEPS="bench tests runs" BENCH_LIMIT=300 BENCH_ARGS="--repeats 1 --batches 512,64,32 --precisions auto"
 #   TESTS_LIMIT=150 TESTS="tests/test_device_step.py -k cuda" RUN_SECONDS=90 RUN_MODES=captured
@@ -33,6 +34,8 @@ RUN_MODES=${RUN_MODES:-"eager captured"}  # learner.step_mode of each Mario run
 # run would end before its first update, so the proof's runs start learning at 20,000
 RUN_WARMUP=${RUN_WARMUP:-20000}
 RUN_SETS=${RUN_SETS:-}  # more --set overrides for the runs, e.g. "logging.eval_every_s=120 learner.batch_size=64"
+RUN_ARGS=${RUN_ARGS:-}  # more launcher arguments for the runs, e.g. "--seed 1" or "--env SuperMarioBros-1-2-v0"
+RUN_TAG=${RUN_TAG:-}  # appended to each run's name (run_<mode><tag>): a second call's runs beside the first's
 EXPORT=${EXPORT:-}  # non-empty: keep an evaluation-only copy of each run's best weights in run_<mode>/export/
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 
@@ -51,7 +54,7 @@ ARCHIVE=${ARCHIVE:-}
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 OUT=docs/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}
 mkdir -p "$OUT"
-SUMMARY=$OUT/summary.txt
+SUMMARY=$OUT/summary$RUN_TAG.txt
 : > "$SUMMARY"
 
 {
@@ -68,8 +71,8 @@ for i in range(torch.cuda.device_count()):
 EOF
     nproc --all | sed 's/^/cores: /'  # --all: OMP_NUM_THREADS=1 above would make plain nproc say 1
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-} > "$OUT/versions.txt" 2>&1
-cat "$OUT/versions.txt"
+} > "$OUT/versions$RUN_TAG.txt" 2>&1
+cat "$OUT/versions$RUN_TAG.txt"
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, note the outcome
     local name=$1 limit=$2
@@ -102,7 +105,8 @@ bench() {
 # 3. Mario 1-1 with the auto profile, one run per step mode, GPU load sampled beside each
 runs() {
     for mode in $RUN_MODES; do
-        local run=$OUT/run_$mode
+        local name=run_$mode$RUN_TAG
+        local run=$OUT/$name
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
         local smi=$!
         local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
@@ -110,14 +114,15 @@ runs() {
         sets+=(--set "learner.step_mode=$mode")
         if [ "$mode" = eager ]; then sets+=(--set learner.compile_mode=reduce-overhead); else sets+=(--set learner.compile_mode=off); fi
         for kv in $RUN_SETS; do sets+=(--set "$kv"); done
-        step "run_$mode" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
-            --run-dir "$run" "${sets[@]}"
+        # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
+        step "$name" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
+            --run-dir "$run" "${sets[@]}" $RUN_ARGS
         kill "$smi" 2>/dev/null
         wait "$smi" 2>/dev/null
         if [ -n "$EXPORT" ]; then  # an evaluation-only copy (~7 MB) of best/, else of the final checkpoint
             local src=$run/best
             [ -d "$src" ] || src=$run
-            "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/run_$mode.log" 2>&1 || echo "export failed" >> "$SUMMARY"
+            "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/$name.log" 2>&1 || echo "export failed" >> "$SUMMARY"
         fi
         rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
         pack
