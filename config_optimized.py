@@ -115,9 +115,10 @@ def gpu_server_profile() -> Config:
     per env step there takes ~360 updates/s of batch 32. The eager learner is bound by kernel launches on the
     host (~110 updates/s at any batch), so the whole update runs as one CUDA graph (step_mode="captured":
     1,750 updates/s at batch 32 on one H200), which keeps 0.25 updates per env step at the full collection
-    rate. One 6-minute run on one H200 trained with these values (BENCHMARKS.md, "Mario 1-1 on one H200"):
-    1,570 env steps/s, 0.24 updates per env step, greedy x_pos 1,797 at 459k env steps, learning per env
-    step as the CPU recipe does; no 20-minute run, so no time to the first greedy flag yet.
+    rate. Three runs of 3.7-6 minutes on one H200 trained with these values (BENCHMARKS.md, "Mario 1-1 on one
+    H200"): 1,485-1,572 env steps/s, 0.28-0.29 updates per env step after the first update, evaluations
+    (epsilon 0.05) at mean x_pos 1,239-1,321 by 172k-229k env steps, learning per env step as the CPU
+    recipe does; no 20-minute run, so no time to the first greedy flag yet.
     """
     cores = os.cpu_count() or 1
     return Config(
@@ -129,7 +130,10 @@ def gpu_server_profile() -> Config:
             device="cuda",
             batch_size=RULE_BATCH,
             grad_accum_steps=1,
-            precision="bf16",  # H100 supports bf16: no GradScaler needed
+            # bf16: no GradScaler. Its captured step is slower than fp16's where the kernels bound it (one H200:
+            # 648 against 965 updates/s at batch 512, 1,340 against 1,478 at 64; BENCHMARKS.md), which at
+            # batch 32 and ~400 updates/s leaves the learner ahead of the rule either way
+            precision="bf16",
             # the whole update, sampling included, replayed as one CUDA graph: 1,750 updates/s at batch 32 and
             # 965 at 512 on one H200, 9-16x eager (BENCHMARKS.md); it needs the frames on the GPU (2M frames,
             # ~14 GiB, fit half of any >= 40 GB card) and compiles itself, so the networks are not compiled apart
