@@ -206,9 +206,10 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # Mario: what the agent learns from. The field defaults in shared/config.py (84x84 frames, 4500-step
 # limit, Ape-X epsilons) stay; these values made 1-1 learn on the 2-core CPU where the old ones stayed
 # at the random policy's level for an hour (BENCHMARKS.md, "Mario 1-1").
-# Levers available but off here (learner/dqn.py, learner/resets.py; not measured on 1-1 yet, so no values are set):
-# learner.munchausen_alpha / munchausen_tau / munchausen_clip (Munchausen DQN targets) and
-# learner.reset_every_updates / reset_head / shrink_perturb (periodic resets of the head, shrink-and-perturb torso).
+# Levers available but off here (learner/dqn.py, learner/resets.py, shared/network.py; no Mario measurement has
+# shown them a win yet, so no values are set): learner.quantiles (QR-DQN head), learner.noisy_sigma (NoisyNet
+# exploration), learner.reset_every_updates / reset_head / shrink_perturb (periodic resets of the head,
+# shrink-and-perturb torso) and learner.encoder=impala. Munchausen targets are set below.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
