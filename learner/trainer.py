@@ -396,8 +396,15 @@ class Learner:
         check_learner_state(state, self.online.state_dict(), self.target.state_dict(), self.params,
                             self.precision.use_scaler, where)
         c = state["counters"]
+        # which Adam kernels run (fused, foreach) is this machine's choice, not the checkpoint's: a checkpoint
+        # written with other kernels (another device, older code) resumes with this learner's
+        kernels = {k: self.optimizer.param_groups[0].get(k) for k in ("fused", "foreach")}
+        saved = state["optimizer"]
+        if isinstance(saved, Mapping) and isinstance(saved.get("param_groups"), list):
+            saved = {**saved, "param_groups": [{**g, **kernels} if isinstance(g, Mapping) else g
+                                               for g in saved["param_groups"]]}
         try:  # first: Adam's own checks may still refuse it, and then nothing has changed
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(saved)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise ckpt.CheckpointError(f"{where}[optimizer]: not loadable ({type(exc).__name__}: {exc})") from exc
         # Adam's state dict carries the lr and eps it was saved with; the run's config says what to train with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -88,6 +89,36 @@ def test_resume_continues_identically(tmp_path) -> None:
         for k, v in _params(b).items():
             assert torch.equal(v, after_a[k]), k
         assert b.updates == 5
+    finally:
+        b.close()
+
+
+def test_a_checkpoint_of_other_adam_kernels_resumes_with_this_learner_s() -> None:
+    """Adam's saved param groups name the kernels they ran (fused, foreach): a checkpoint from another device or
+    older code resumes with the kernels this learner chose (fused on the CPU), and continues as the original."""
+    r1 = FakeReplay(seed=4)
+    a = make_learner(small_config(), replay=r1, seed=0)
+    try:
+        assert a.optimizer.param_groups[0]["fused"] is True
+        a.run_updates(3)
+        state, priorities = copy.deepcopy(a.state_dict()), r1.priorities.copy()
+        r1.rng = np.random.default_rng(77)
+        a.run_updates(2)
+        after_a = _params(a)
+    finally:
+        a.close()
+    for group in state["optimizer"]["param_groups"]:
+        group.update(fused=None, foreach=True)  # what a CPU learner once saved
+    r2 = FakeReplay(seed=4)
+    b = make_learner(small_config(), replay=r2, seed=123)
+    try:
+        b.load_state_dict(state)
+        assert all(g["fused"] is True and not g["foreach"] for g in b.optimizer.param_groups)
+        r2.priorities[:] = priorities
+        r2.rng = np.random.default_rng(77)
+        b.run_updates(2)
+        for k, v in _params(b).items():
+            assert torch.equal(v, after_a[k]), k
     finally:
         b.close()
 

@@ -46,7 +46,7 @@ def test_levers_off_is_the_plain_double_dqn_update_bit_for_bit(levers) -> None:
     online = copy.deepcopy(learner.online)
     target = copy.deepcopy(online)
     params = list(online.parameters())
-    opt = torch.optim.Adam(params, lr=lc.lr, eps=lc.adam_eps, foreach=True)
+    opt = torch.optim.Adam(params, lr=lc.lr, eps=lc.adam_eps, fused=True)  # the learner's kernels (make_optimizer)
     replay = FakeReplay(seed=5)
     initial = _state(online)
     try:
