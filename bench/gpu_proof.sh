@@ -22,6 +22,10 @@
 #   EXPORT=1: each run keeps an evaluation-only copy of its best weights (python -m evaluate.export), e.g. to
 #   train another level on the GPU and evaluate it here: RUN_SETS="env.env_id=SuperMarioBros-1-2-v0" EXPORT=1
 #   COMMIT=<hash>: where the copy of the repository has no .git
+# 4. (step `levels`, only when asked) other levels trained side by side, one head per level in LEVELS, each
+#    with its share of the collectors (the box's cores less 2, split evenly), the captured step, and an
+#    evaluation-only copy of its best weights to ship and evaluate here:
+#   STEPS=levels LEVELS="1-2 1-3" RUN_SECONDS=420 RUN_SETS="logging.eval_every_s=60" bash bench/gpu_proof.sh
 # Each step has its own time limit (the defaults' sum, 1,490 s, keeps the whole under 25 minutes); a
 # failed or timed-out step is recorded in summary.txt and the next one runs.
 set -u -o pipefail
@@ -37,6 +41,7 @@ RUN_SETS=${RUN_SETS:-}  # more --set overrides for the runs, e.g. "logging.eval_
 RUN_ARGS=${RUN_ARGS:-}  # more launcher arguments for the runs, e.g. "--seed 1" or "--env SuperMarioBros-1-2-v0"
 RUN_TAG=${RUN_TAG:-}  # appended to each run's name (run_<mode><tag>): a second call's runs beside the first's
 EXPORT=${EXPORT:-}  # non-empty: keep an evaluation-only copy of each run's best weights in run_<mode>/export/
+LEVELS=${LEVELS:-"1-2 1-3 1-4"}  # the levels step's World-Stage pairs, trained side by side
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -129,10 +134,40 @@ runs() {
     done
 }
 
+# 4. other levels side by side: one head per level, the collectors split between them
+levels() {
+    local count share
+    count=$(wc -w <<< "$LEVELS")
+    share=$(( ($(nproc) - 2) / count ))
+    [ "$share" -ge 1 ] || share=1
+    local pids=()
+    for level in $LEVELS; do
+        local name=level_$level$RUN_TAG
+        local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP"
+                    --set learner.step_mode=captured --set learner.compile_mode=off)
+        for kv in $RUN_SETS; do sets+=(--set "$kv"); done
+        # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
+        ( ARCHIVE=  # packed once, after all of them: side by side they would write one archive at once
+          step "$name" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --env "SuperMarioBros-$level-v0" \
+            --collectors "$share" --port 0 --max-seconds "$RUN_SECONDS" --run-dir "$OUT/$name" "${sets[@]}" $RUN_ARGS ) &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for level in $LEVELS; do
+        local run=$OUT/level_$level$RUN_TAG
+        local src=$run/best
+        [ -d "$src" ] || src=$run
+        "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/level_$level$RUN_TAG.log" 2>&1 \
+            || echo "level_$level$RUN_TAG: export failed" >> "$SUMMARY"
+        rm -rf "$run/checkpoint" "$run/best"
+    done
+    pack
+}
+
 for name in $STEPS; do
     case $name in
-        tests|bench|runs) "$name" ;;
-        *) echo "error: STEPS=$STEPS: unknown step $name (allowed: tests bench runs)" >&2; exit 2 ;;
+        tests|bench|runs|levels) "$name" ;;
+        *) echo "error: STEPS=$STEPS: unknown step $name (allowed: tests bench runs levels)" >&2; exit 2 ;;
     esac
 done
 
