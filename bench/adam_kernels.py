@@ -13,27 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
-from statistics import median
 
 import torch
 
+from bench.report import cpu_model
+from bench.steady import spread
 from shared.network import build_q_network
 
 KERNELS = ("foreach", "fused")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def measure(threads: int, rounds: int, steps: int, warmup: int = 3) -> dict:
@@ -55,11 +45,11 @@ def measure(threads: int, rounds: int, steps: int, warmup: int = 3) -> dict:
             for _ in range(steps):
                 opt.step()
             values[kernel].append(round((time.perf_counter() - t0) / steps * 1e3, 3))
-    summary = {k: {"median": median(v), "min": min(v), "max": max(v), "values": v} for k, v in values.items()}
+    summary = {k: spread(v) for k, v in values.items()}
     return {"adam_ms_per_step": summary, "foreach_over_fused": round(summary["foreach"]["median"]
                                                                      / summary["fused"]["median"], 2),
             "params": sum(p.numel() for p in params), "threads": threads, "rounds": rounds, "steps": steps,
-            "torch": torch.__version__, "cpu": _cpu_model()}
+            "torch": torch.__version__, "cpu": cpu_model() or "unknown"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,7 +125,7 @@ def machine_facts(argv: list[str] | None = None) -> dict[str, Any]:
     """Where the figures came from: ratios only compare within one machine and one sitting."""
     facts: dict[str, Any] = {
         "cores": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "memory_bytes": meminfo("MemTotal"),
         "memory_available_bytes": meminfo("MemAvailable"),
         "gpu": _gpu_name(),
@@ -140,7 +140,8 @@ def machine_facts(argv: list[str] | None = None) -> dict[str, Any]:
     return facts
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, else platform.processor()), None when neither says."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
