@@ -90,6 +90,13 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME
     pack
 }
 
+export_best() {  # export_best NAME: an evaluation-only copy (~13 MB) of OUT/NAME's best/, else of its final checkpoint
+    local run=$OUT/$1
+    local src=$run/best
+    [ -d "$src" ] || src=$run
+    "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/$1.log" 2>&1 || echo "$1: export failed" >> "$SUMMARY"
+}
+
 pack() {  # the output folder into ARCHIVE, when asked
     if [ -n "$ARCHIVE" ]; then tar czf "$ARCHIVE" "$OUT"; fi
 }
@@ -124,11 +131,7 @@ runs() {
             --run-dir "$run" "${sets[@]}" $RUN_ARGS
         kill "$smi" 2>/dev/null
         wait "$smi" 2>/dev/null
-        if [ -n "$EXPORT" ]; then  # an evaluation-only copy (~7 MB) of best/, else of the final checkpoint
-            local src=$run/best
-            [ -d "$src" ] || src=$run
-            "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/$name.log" 2>&1 || echo "export failed" >> "$SUMMARY"
-        fi
+        if [ -n "$EXPORT" ]; then export_best "$name"; fi
         rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
         pack
     done
@@ -154,12 +157,8 @@ levels() {
     done
     wait "${pids[@]}"
     for level in $LEVELS; do
-        local run=$OUT/level_$level$RUN_TAG
-        local src=$run/best
-        [ -d "$src" ] || src=$run
-        "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/level_$level$RUN_TAG.log" 2>&1 \
-            || echo "level_$level$RUN_TAG: export failed" >> "$SUMMARY"
-        rm -rf "$run/checkpoint" "$run/best"
+        export_best "level_$level$RUN_TAG"
+        rm -rf "$OUT/level_$level$RUN_TAG/checkpoint" "$OUT/level_$level$RUN_TAG/best"
     done
     pack
 }
