@@ -397,12 +397,10 @@ class Learner:
                             self.precision.use_scaler, where)
         c = state["counters"]
         # which Adam kernels run (fused, foreach) is this machine's choice, not the checkpoint's: a checkpoint
-        # written with other kernels (another device, older code) resumes with this learner's
+        # written with other kernels (another device, older code) resumes with this learner's (the check above
+        # made param_groups a list of dicts)
         kernels = {k: self.optimizer.param_groups[0].get(k) for k in ("fused", "foreach")}
-        saved = state["optimizer"]
-        if isinstance(saved, Mapping) and isinstance(saved.get("param_groups"), list):
-            saved = {**saved, "param_groups": [{**g, **kernels} if isinstance(g, Mapping) else g
-                                               for g in saved["param_groups"]]}
+        saved = {**state["optimizer"], "param_groups": [{**g, **kernels} for g in state["optimizer"]["param_groups"]]}
         try:  # first: Adam's own checks may still refuse it, and then nothing has changed
             self.optimizer.load_state_dict(saved)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
