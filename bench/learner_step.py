@@ -9,6 +9,8 @@ sampler and prefetch thread and the device modes their ring drains:
   captured  the same step under torch.compile(fullgraph=True); on CUDA replayed as one CUDA graph
   autotuned captured with learner.step_autotune (inductor's max-autotune: kernel choices timed at
             compile time); only when asked for with --modes
+  compiled  the eager step with learner.compile_mode=default: both networks under torch.compile, sampling,
+            loss glue and Adam eager (what compile_mode buys a profile); only when asked for with --modes
 
 Per mode, batch and precision: steady updates/s over a timed window (blocks of updates, one device
 sync per block), the first update's seconds (compile and capture included), the process CPU
@@ -48,8 +50,9 @@ from bench.report import print_json
 
 RUN_S = 600.0  # the run length the compile-inclusive rate is quoted for
 MODES = ("eager", "device", "captured")  # the default set
-ALL_MODES = MODES + ("autotuned",)
-COMPILED = ("captured", "autotuned")
+ALL_MODES = MODES + ("autotuned", "compiled")
+CAPTURED = ("captured", "autotuned")  # the whole step compiled
+COMPILED = CAPTURED + ("compiled",)  # anything compiled: a cold compile on the first repeat
 
 
 def _device_busy(learner: Any, device: torch.device, updates: int) -> float | None:
@@ -85,18 +88,25 @@ def _host_launch_ms(learner: Any, device: torch.device, samples: int = 5) -> flo
     return median(per_update)
 
 
+def learner_config(mode: str, batch: int, precision: str, device: torch.device) -> Any:
+    """The learner section one mode runs: no warm-up, no rate limit, no broadcasts; the mode's step and compile."""
+    from shared.config import LearnerConfig
+
+    return LearnerConfig(device=device.type, batch_size=batch, precision=precision, warmup_transitions=0,
+                         samples_per_insert=0.0, prefetch=True, weight_broadcast_every=10**9,
+                         torch_threads=torch.get_num_threads(),
+                         step_mode="captured" if mode in CAPTURED else "eager" if mode == "compiled" else mode,
+                         step_autotune=mode == "autotuned", compile_mode="default" if mode == "compiled" else "off")
+
+
 def measure(mode: str, batch: int, precision: str, device: torch.device, replay: Any, budget_s: float,
             block_s: float = 0.5) -> dict[str, Any]:
     """One mode at one batch size and precision on `replay`: see the module docstring."""
     from learner.trainer import Learner
-    from shared.config import Config, LearnerConfig
+    from shared.config import Config
     from shared.env_spec import EnvSpec
 
-    lc = LearnerConfig(device=device.type, batch_size=batch, precision=precision, warmup_transitions=0,
-                       samples_per_insert=0.0, prefetch=True, weight_broadcast_every=10**9,
-                       torch_threads=torch.get_num_threads(), step_mode="captured" if mode in COMPILED else mode,
-                       step_autotune=mode == "autotuned")
-    cfg = Config(learner=lc)
+    cfg = Config(learner=learner_config(mode, batch, precision, device))
     cfg = replace(cfg, replay=replace(cfg.replay, storage_device="auto"))
     if mode in COMPILED:
         torch._dynamo.reset()  # compile as a new process would: from inductor's on-disk cache at best
@@ -106,7 +116,7 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
         t0 = time.perf_counter()
         learner.run_updates(1)  # compiles and records in the captured mode
         sync_device(device)
-        first_s = time.perf_counter() - t0
+        first_s = time.perf_counter() - t0 + (learner.compile_s if mode == "compiled" else 0.0)  # it compiles at build
         learner.run_updates(2)
         sync_device(device)
         learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call

@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from bench.learner_step import run_step_bench
+from bench.learner_step import learner_config, run_step_bench
 
 
 def test_quick_step_bench_reports_every_key_with_reasons_for_nulls() -> None:
@@ -29,6 +30,23 @@ def test_modes_pick_what_is_measured_and_autotuned_is_a_compiled_mode() -> None:
     assert set(out["learner_updates_per_s"]) == {"device_fp32_b4"}
     assert "autotuned_fp32_b4" in out["skipped"]  # compiled like captured: not under --quick on a CPU
     assert out["ratios"] == {}  # no eager figure to compare with
+
+
+@pytest.mark.parametrize("mode, step_mode, compile_mode", [
+    ("eager", "eager", "off"), ("device", "device", "off"), ("captured", "captured", "off"),
+    ("autotuned", "captured", "off"), ("compiled", "eager", "default"),
+])
+def test_each_mode_runs_its_own_step_and_compile(mode: str, step_mode: str, compile_mode: str) -> None:
+    lc = learner_config(mode, 32, "fp32", torch.device("cpu"))
+    assert (lc.step_mode, lc.compile_mode, lc.step_autotune) == (step_mode, compile_mode, mode == "autotuned")
+    assert lc.warmup_transitions == 0 and lc.samples_per_insert == 0.0
+
+
+def test_compiled_networks_are_a_compiled_mode_left_out_of_quick_cpu_runs() -> None:
+    out = run_step_bench(quick=True, device="cpu", capacity=2000, seconds=0.05, batches=(4,), precisions=("fp32",),
+                         modes=("eager", "compiled"))
+    assert set(out["learner_updates_per_s"]) == {"eager_fp32_b4"}
+    assert "compiled_fp32_b4" in out["skipped"]
 
 
 @pytest.mark.parametrize("argv, message", [
