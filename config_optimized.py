@@ -63,7 +63,9 @@ def cpu_profile() -> Config:
             device="cpu",
             batch_size=RULE_BATCH,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
             precision="auto",  # bf16 where the CPU has native bf16 kernels (AVX512-BF16/AMX), else fp32
-            compile_mode="off",  # compile time (tens of s) is not repaid on a 2-core box
+            # compiled networks made 0.95x the eager updates/s in fp32 at batch 32 after a 42 s cold compile
+            # (2026-11-27, BENCHMARKS.md "Compiled networks on this CPU")
+            compile_mode="off",
             # auto: one thread with bf16; in fp32 (no native bf16 kernels) the learner is ~4x slower, its collectors
             # wait and the second core idles, so it takes both: 8.84-8.90 vs 7.50-7.74 updates/s (ABBA, 2026-11-27,
             # BENCHMARKS.md "Design measurements")
