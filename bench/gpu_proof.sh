@@ -157,8 +157,9 @@ levels() {
     done
     wait "${pids[@]}"
     for level in $LEVELS; do
-        export_best "level_$level$RUN_TAG"
-        rm -rf "$OUT/level_$level$RUN_TAG/checkpoint" "$OUT/level_$level$RUN_TAG/best"
+        local name=level_$level$RUN_TAG
+        export_best "$name"
+        rm -rf "$OUT/$name/checkpoint" "$OUT/$name/best"  # weights and replay are large; metrics, logs and config stay
     done
     pack
 }
