@@ -4,7 +4,7 @@ Turns a profile, the env's preset (both in config_optimized.py), `--set section.
 overrides and the shortcut flags into one validated `Config` before anything is allocated; a bad
 value exits with status 2 and a message naming the field, the value and what is allowed.
 Validation covers what needs the outside world too (the env id and its spaces, memory for replay
-and networks, the run dir, CURVE keys, CUDA, a checkpoint to resume), so a bad input fails before
+and networks, the run dir, CURVE keys, CUDA, a checkpoint to resume or start from), so a bad input fails before
 any socket, temp dir, buffer or process exists.
 """
 
@@ -36,7 +36,7 @@ EXIT_CODES = f"""exit status:
   {EXIT_OK}    stopped by a limit, a target or a signal, with its final checkpoint written (or --no-train)
   {EXIT_FAILED}    the head stopped on an internal failure (head.log says which); the final checkpoint was written
   {EXIT_BAD_INPUT}    bad input: a flag, config value, env, run dir, keys, device, port or a checkpoint that cannot be
-       resumed; one `error:` line, nothing left running
+       resumed or started from; one `error:` line, nothing left running
   {EXIT_PROGRESS_LOST}    the run trained but its final checkpoint could not be written (e.g. a full disk): the
        training since its last checkpoint (or since it started) is lost; one ERROR line says why
   {EXIT_FORCED}  a second Ctrl-C forced the exit: no final checkpoint
@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop once the mean return of the last logging.episode_window episodes reaches this")
     parser.add_argument("--run-dir", help="where logs, metrics and checkpoints go (default runs/<timestamp>)")
     parser.add_argument("--resume", help="checkpointed run directory to continue")
+    parser.add_argument("--init-from", dest="init_from",
+                        help="run or checkpoint directory whose network a new run starts from (fresh optimizer, "
+                             "counters and replay); same as --set learner.init_from=PATH")
     parser.add_argument("--no-train", action="store_true", help="collect and drain replay without updates (benchmarks)")
     parser.add_argument("--inprocess", action="store_true",
                         help="run collectors as threads of the head over inproc:// sockets (same messages; for "
@@ -118,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         "transport.curve_keys_dir": args.curve_keys,
         "logging.interval_s": args.log_interval,
         "env.seed": args.seed,
+        "learner.init_from": args.init_from,
     }
     overrides += [f"{key}={value}" for key, value in shortcuts.items() if value is not None]
     cfg = load_config(args.profile, overrides)  # profile, the env's preset (config_optimized.py), overrides
@@ -200,7 +204,7 @@ def check_run_dir(run_dir: Path) -> None:
 
 def check_runtime(cfg: Config, resume: Path | None = None) -> EnvSpec:
     """The checks that need more than the config: env id and spaces, memory with the real EnvSpec,
-    CURVE keys, CUDA, a checkpoint to resume and free TCP ports. ConfigError (one line) for each.
+    CURVE keys, CUDA, a checkpoint to resume or start from and free TCP ports. ConfigError (one line) for each.
     Returns the EnvSpec it read (the head takes it rather than building the env again)."""
     from shared.env_factory import env_spec  # gymnasium: imported only once the config itself is valid
 
@@ -221,6 +225,13 @@ def check_runtime(cfg: Config, resume: Path | None = None) -> EnvSpec:
             find_checkpoint(resume)  # loading (and its integrity checks) happens in the head
         except CheckpointError as exc:
             raise ConfigError(f"--resume {exc}") from exc
+    elif cfg.learner.init_from:
+        from learner.checkpoint import CheckpointError, find_checkpoint
+
+        try:
+            find_checkpoint(cfg.learner.init_from)  # the head loads it and checks that it fits the network
+        except CheckpointError as exc:
+            raise ConfigError(f"learner.init_from={cfg.learner.init_from!r} is invalid: {exc}") from exc
     check_ports(cfg.transport)
     return spec
 

@@ -2,12 +2,12 @@
 
 `Head` wires the parts together in the order that keeps failures cheap: the config is already
 validated, then the env's EnvSpec is read (one env built at most; the CLI hands over the one it read
-for its checks), the replay allocated, sockets bound, the learner built
-and (on --resume) restored, and only then are collector processes started. The main thread runs
-the learner and, between updates, the periodic work: progress lines, metrics, supervision,
-checkpoints and stop conditions. Shutdown reverses the order: collectors are told to stop
-(STOP broadcast, then SIGTERM, then SIGKILL for stragglers), the checkpoint is written, threads
-joined and sockets closed.
+for its checks), the replay allocated, sockets bound, the learner built and (on --resume) restored
+or (with learner.init_from) given another run's network, and only then are collector processes
+started. The main thread runs the learner and, between updates, the periodic work: progress lines,
+metrics, supervision, checkpoints and stop conditions. Shutdown reverses the order: collectors are
+told to stop (STOP broadcast, then SIGTERM, then SIGKILL for stragglers), the checkpoint is written,
+threads joined and sockets closed.
 """
 
 from __future__ import annotations
@@ -140,6 +140,8 @@ class Head:
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
+        elif cfg.learner.init_from:
+            self._init_from(Path(cfg.learner.init_from))
         # after a resume is accepted: a refused one leaves the run's record of how it was trained as it was
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
         obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
@@ -220,6 +222,11 @@ class Head:
         restored = self.learner.load_checkpoint(ckpt, replay=self.replay)
         self.counters = {k: int(v) for k, v in restored.items() if isinstance(v, (int, float))}
         log.info("resumed from %s: %s", ckpt, self.counters)
+
+    def _init_from(self, path: Path) -> None:
+        source = self.learner.load_weights(path)  # CheckpointError when it does not fit this run's network
+        log.info("network from %s (it had trained %s env steps, %s updates); optimizer, counters and replay fresh",
+                 path, source.get("env_steps", "?"), source.get("updates", "?"))
 
     # ------------------------------------------------------------------ main loop
     def run(self, stop_at: StopAt, stop_event: StopRequest) -> dict[str, Any]:

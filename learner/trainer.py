@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from learner import checkpoint as ckpt
-from learner.checkpoint_checks import check_learner_state
+from learner.checkpoint_checks import check_learner_state, check_state_dict
 from learner.device_source import DeviceSource
 from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
@@ -448,6 +448,24 @@ class Learner:
         data = ckpt.CheckpointData(geometry=self.geometry, model={"online": self.online.state_dict(), "target": {}},
                                    optimizer={}, scaler={}, counters=merged, config_json=self.config_json, rng={})
         return ckpt.save_checkpoint(run_dir, ckpt.eval_only(data))
+
+    def load_weights(self, path: str | Path) -> dict[str, Any]:
+        """Start from another run's network: the online weights of the checkpoint at `path` (a run dir or a
+        checkpoint dir, training or evaluation-only) become both this learner's online and target networks,
+        as a fresh learner's target starts as a copy of its online network. The optimizer, the counters and
+        the replay stay as they are (fresh): a new run that starts where that network left off
+        (`learner.init_from`). CheckpointError, with nothing changed, when the checkpoint's geometry, keys or
+        shapes differ from this learner's, or it is corrupt or non-finite. Returns the checkpoint's counters."""
+        data = ckpt.load_checkpoint(path)
+        where = data.path or Path(path)
+        ckpt.check_geometry(self.geometry, data.geometry, where / "meta.json")
+        online = data.model["online"]
+        check_state_dict(self.online.state_dict(), online, f"{where / 'model.pt'}[online]")
+        self.online.load_state_dict(online)
+        self.target.load_state_dict(online)
+        if self.weight_version >= 0:  # collectors already got other weights: publish these
+            self.broadcast()
+        return dict(data.counters)
 
     def load_checkpoint(self, path: str | Path, replay: Any = None, restore_rng: bool = True) -> dict[str, Any]:
         """Restore from a run dir or checkpoint dir; returns the stored counters (incl. extra ones).

@@ -152,6 +152,10 @@ class LearnerConfig:
     # perhaps faster kernels where the GPU, not the host, bounds the update
     step_autotune: bool = False
     warmup_transitions: int = 5_000  # replay size before learning starts
+    # A run dir or checkpoint dir whose online network this run starts from (online and target both; the
+    # optimizer, counters and replay start fresh): fine-tuning, e.g. one level's network on another. "" =
+    # freshly initialized weights. A resumed run keeps its own weights.
+    init_from: str = ""
     samples_per_insert: float = 4.0  # replay ratio target: sampled transitions per inserted one (0 = unlimited)
     max_insert_lead: int = 0  # collectors may run this many transitions ahead of the ratio, then wait (0 = never wait, Ape-X)
     weight_broadcast_every: int = 100  # publish weights to collectors every M updates
