@@ -142,7 +142,8 @@ class Head:
             self._resume(resume)
         elif cfg.learner.init_from:
             self._init_from(Path(cfg.learner.init_from))
-        # after a resume is accepted: a refused one leaves the run's record of how it was trained as it was
+        # after a resume or a starting network is accepted: a refused one leaves the run's record of how it was
+        # trained as it was
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
         obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
         registrar = Registrar(

@@ -23,11 +23,7 @@ from learner.checkpoint import (
     load_checkpoint,
 )
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
-
-
-def _params(learner) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in learner.online.state_dict().items()}
+from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 
 def test_round_trip_bit_identical_and_counters_continue(tmp_path) -> None:
@@ -77,7 +73,7 @@ def test_resume_continues_identically(tmp_path) -> None:
         a.save_checkpoint(tmp_path, replay=r1)
         r1.rng = np.random.default_rng(77)
         a.run_updates(2)
-        after_a = _params(a)
+        after_a = state_copy(a.online)
     finally:
         a.close()
     r2 = FakeReplay(seed=4)
@@ -86,7 +82,7 @@ def test_resume_continues_identically(tmp_path) -> None:
         b.load_checkpoint(tmp_path, replay=r2)
         r2.rng = np.random.default_rng(77)
         b.run_updates(2)
-        for k, v in _params(b).items():
+        for k, v in state_copy(b.online).items():
             assert torch.equal(v, after_a[k]), k
         assert b.updates == 5
     finally:
@@ -104,7 +100,7 @@ def test_a_checkpoint_of_other_adam_kernels_resumes_with_this_learner_s() -> Non
         state, priorities = copy.deepcopy(a.state_dict()), r1.priorities.copy()
         r1.rng = np.random.default_rng(77)
         a.run_updates(2)
-        after_a = _params(a)
+        after_a = state_copy(a.online)
     finally:
         a.close()
     for group in state["optimizer"]["param_groups"]:
@@ -117,7 +113,7 @@ def test_a_checkpoint_of_other_adam_kernels_resumes_with_this_learner_s() -> Non
         r2.priorities[:] = priorities
         r2.rng = np.random.default_rng(77)
         b.run_updates(2)
-        for k, v in _params(b).items():
+        for k, v in state_copy(b.online).items():
             assert torch.equal(v, after_a[k]), k
     finally:
         b.close()

@@ -20,13 +20,9 @@ import torch
 from learner.checkpoint import CheckpointError, load_checkpoint
 from shared.config import Config, ConfigError
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
+from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
-
-
-def _state(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in net.state_dict().items()}
 
 
 def _trained_checkpoint(tmp_path: Path, **learner_overrides) -> tuple[Path, dict[str, torch.Tensor]]:
@@ -36,7 +32,7 @@ def _trained_checkpoint(tmp_path: Path, **learner_overrides) -> tuple[Path, dict
     try:
         a.run_updates(5)
         a.save_checkpoint(tmp_path, counters={"env_steps": 4321})
-        return tmp_path, _state(a.online)
+        return tmp_path, state_copy(a.online)
     finally:
         a.close()
 
@@ -47,7 +43,7 @@ def test_a_learner_starts_from_another_run_s_network_with_a_fresh_optimizer_and_
     assert any(not torch.equal(saved.model["target"][k], v) for k, v in online.items())  # the target lagged
     b = make_learner(small_config(), seed=99)
     try:
-        fresh = _state(b.online)
+        fresh = state_copy(b.online)
         assert any(not torch.equal(fresh[k], v) for k, v in online.items())  # another initialization
         counters = b.load_weights(run)
         assert counters["env_steps"] == 4321 and counters["updates"] == 5  # the source's, for the log
@@ -68,7 +64,7 @@ def test_an_evaluation_only_snapshot_is_a_starting_point_too(tmp_path) -> None:
     try:
         a.run_updates(3)
         a.save_eval_snapshot(tmp_path / "best", counters={"env_steps": 77})
-        online = _state(a.online)
+        online = state_copy(a.online)
     finally:
         a.close()
     b = make_learner(small_config(), seed=5)
@@ -83,7 +79,7 @@ def test_a_network_of_another_shape_is_refused_and_nothing_changes(tmp_path) -> 
     run, _ = _trained_checkpoint(tmp_path, hidden=32)
     wider = make_learner(small_config(hidden=48), seed=3)
     try:
-        before = _state(wider.online)
+        before = state_copy(wider.online)
         with pytest.raises(CheckpointError, match="hidden: checkpoint 32 vs learner 48") as err:
             wider.load_weights(run)
         assert "\n" not in str(err.value)
@@ -144,7 +140,7 @@ def _cartpole_checkpoint(tmp_path: Path, flags: list[str]) -> tuple[Path, dict[s
     learner = learner_of(cfg, spec, replay, "cpu")
     try:
         learner.run_updates(1)
-        return learner.save_checkpoint(tmp_path / "src", counters={"env_steps": 999}), _state(learner.online)
+        return learner.save_checkpoint(tmp_path / "src", counters={"env_steps": 999}), state_copy(learner.online)
     finally:
         learner.close()
 

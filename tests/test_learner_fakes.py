@@ -79,6 +79,11 @@ class FakeReplay:
         self.transitions_added = json.loads((d / "state.json").read_text())["transitions_added"]
 
 
+def state_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of `module`'s state dict: what its weights were at this moment."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
 def small_config(**learner_overrides) -> Config:
     """A config for fast CPU tests: small head, fp32, no warmup unless overridden."""
     base = LearnerConfig(device="cpu", batch_size=8, hidden=32, precision="fp32", warmup_transitions=0,

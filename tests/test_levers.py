@@ -16,13 +16,9 @@ from launcher.__main__ import main
 from learner.dqn import Munchausen, munchausen_targets
 from learner.resets import HEAD_PREFIX, PeriodicReset
 from shared.config import ConfigError, LearnerConfig
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.test_learner_fakes import FakeReplay, make_learner, small_config, state_copy
 
 CLI_BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]
-
-
-def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -48,7 +44,7 @@ def test_levers_off_is_the_plain_double_dqn_update_bit_for_bit(levers) -> None:
     params = list(online.parameters())
     opt = torch.optim.Adam(params, lr=lc.lr, eps=lc.adam_eps, fused=True)  # the learner's kernels (make_optimizer)
     replay = FakeReplay(seed=5)
-    initial = _state(online)
+    initial = state_copy(online)
     try:
         learner.run_updates(updates)
         for u in range(1, updates + 1):
@@ -65,10 +61,10 @@ def test_levers_off_is_the_plain_double_dqn_update_bit_for_bit(levers) -> None:
             replay.update_priorities(b.indices, (y - q).detach().abs().numpy())
             if u % lc.target_update_every == 0:
                 target.load_state_dict(online.state_dict())
-        assert _equal(_state(learner.online), _state(online))
-        assert _equal(_state(learner.target), _state(target))
+        assert _equal(state_copy(learner.online), state_copy(online))
+        assert _equal(state_copy(learner.target), state_copy(target))
         np.testing.assert_array_equal(learner.replay.priorities, replay.priorities)
-        assert not _equal(_state(online), initial), "nothing was learned"
+        assert not _equal(state_copy(online), initial), "nothing was learned"
     finally:
         learner.close()
 
@@ -133,23 +129,23 @@ def test_reset_happens_exactly_at_the_multiples(reset_head: bool, shrink: float)
     a = make_learner(small_config(reset_every_updates=every, **knobs), replay=FakeReplay(seed=6), seed=9)
     b = make_learner(small_config(**knobs), replay=FakeReplay(seed=6), seed=9)
     try:
-        target_before = _state(a.target)
+        target_before = state_copy(a.target)
         for u in range(1, total + 1):
             a.train_step()
             b.train_step()
             reset_now = u % every == 0
             assert a.resets.due(u) == reset_now
-            assert _equal(_state(a.target), target_before) != reset_now, f"update {u}: target moved iff a reset"
-            target_before = _state(a.target)
+            assert _equal(state_copy(a.target), target_before) != reset_now, f"update {u}: target moved iff a reset"
+            target_before = state_copy(a.target)
             if u < every:
-                assert _equal(_state(a.online), _state(b.online))
+                assert _equal(state_copy(a.online), state_copy(b.online))
             if not reset_now:
                 continue
-            assert _equal(_state(a.target), _state(a.online))
-            fresh = _state(a.resets.fresh(u))
+            assert _equal(state_copy(a.target), state_copy(a.online))
+            fresh = state_copy(a.resets.fresh(u))
             if u == every:  # B holds what A held before its reset
-                before = _state(b.online)
-                for name, value in _state(a.online).items():
+                before = state_copy(b.online)
+                for name, value in state_copy(a.online).items():
                     if reset_head and name.startswith(HEAD_PREFIX):
                         assert torch.equal(value, fresh[name]), name
                         expect_cleared = True
@@ -167,7 +163,7 @@ def test_reset_happens_exactly_at_the_multiples(reset_head: bool, shrink: float)
                         assert _equal(adam_a, adam_b), name
             elif reset_head:
                 heads = [n for n in fresh if n.startswith(HEAD_PREFIX)]
-                assert all(torch.equal(_state(a.online)[n], fresh[n]) for n in heads)
+                assert all(torch.equal(state_copy(a.online)[n], fresh[n]) for n in heads)
     finally:
         a.close()
         b.close()
@@ -177,11 +173,11 @@ def test_fresh_draws_are_an_init_reproducible_and_leave_the_global_rng_alone() -
     learner = make_learner(small_config(reset_every_updates=2), seed=1)
     try:
         resets = learner.resets
-        assert _equal(_state(resets.fresh(4)), _state(resets.fresh(4)))
-        assert not _equal(_state(resets.fresh(4)), _state(resets.fresh(6)))
+        assert _equal(state_copy(resets.fresh(4)), state_copy(resets.fresh(4)))
+        assert not _equal(state_copy(resets.fresh(4)), state_copy(resets.fresh(6)))
         other = PeriodicReset(learner.lc, learner.build_network, base_seed=resets.base_seed + 1)
-        assert not _equal(_state(resets.fresh(4)), _state(other.fresh(4)))
-        assert not _equal(_state(resets.fresh(4)), _state(learner.online))
+        assert not _equal(state_copy(resets.fresh(4)), state_copy(other.fresh(4)))
+        assert not _equal(state_copy(resets.fresh(4)), state_copy(learner.online))
         torch.manual_seed(123)
         expected = torch.rand(4)
         torch.manual_seed(123)
@@ -217,10 +213,10 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
         resumed.load_checkpoint(tmp_path)
         assert resumed.updates == 3
         resumed.run_updates(1)
-        assert _equal(_state(resumed.target), _state(resumed.online)), "update 4 reset and copied the target"
+        assert _equal(state_copy(resumed.target), state_copy(resumed.online)), "update 4 reset and copied the target"
         resumed.run_updates(1)
-        assert _equal(_state(resumed.online), _state(straight.online))
-        assert _equal(_state(resumed.target), _state(straight.target))
+        assert _equal(state_copy(resumed.online), state_copy(straight.online))
+        assert _equal(state_copy(resumed.target), state_copy(straight.target))
         for name, _ in straight.online.named_parameters():
             assert _equal(_adam(resumed, name), _adam(straight, name)), name
     finally:
