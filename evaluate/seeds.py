@@ -12,6 +12,11 @@ then "-" when most seeds did not).
     python -m evaluate.seeds runs/robust/s0 runs/robust/s1 runs/robust/s2 [--labels s0 s1 s2]
         [--by-env-steps 400000] [--by-minutes 60,120] [--goal-rate 0.5] [--json OUT] [--png OUT]
 
+A RUN may also be a JSON that `--json` wrote: its seeds' recorded evaluations (env steps, minutes, flag rate,
+mean x_pos) stand in for their run directories, which need not exist any more, so a new seed can join the
+table of earlier ones (`python -m evaluate.seeds docs/robust_1-1/seeds.json runs/robust/s2`). Its labels are
+the recorded ones unless --labels names every seed.
+
 Prints a Markdown table; --json writes the rows and the command; --png draws the seeds' evaluations (mean x_pos
 and flag rate against env steps).
 """
@@ -37,10 +42,39 @@ def rate_keys(by_env_steps: int, by_minutes: tuple[float, ...]) -> list[tuple[st
             *[(f"best_rate_by_{m:g}_min", f"best rate by {m:g} min") for m in by_minutes]]
 
 
-def seed_row(run_dir: Path, by_env_steps: int, by_minutes: tuple[float, ...], goal_rate: float) -> dict[str, Any]:
-    """One seed's figures from `run_dir`'s evaluations (empty lists and None where it has none)."""
+EVAL_FIELDS = ("env_steps", "minutes", "flag_rate", "mean_x_pos")
+
+
+def run_evals(run_dir: Path) -> list[dict[str, Any]]:
+    """`run_dir`'s evaluations with their wall-clock minutes (empty when it has no metrics)."""
     metrics = run_dir / METRICS_FILE
-    evals = periodic_evals(metrics, read_metrics(metrics)) if metrics.is_file() else []
+    return periodic_evals(metrics, read_metrics(metrics)) if metrics.is_file() else []
+
+
+def recorded_seeds(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(label, run, evaluations) of each seed in a JSON written by `--json`; ValueError naming what is wrong."""
+    try:
+        doc = json.loads(path.read_text())
+        seeds, labels = doc["seeds"], doc["labels"]
+        if not isinstance(seeds, list) or not isinstance(labels, list) or len(seeds) != len(labels):
+            raise ValueError("'seeds' and 'labels' are not lists of one length")
+        out = []
+        for label, seed in zip(labels, seeds, strict=True):
+            evals = [{k: e[k] for k in EVAL_FIELDS} for e in seed["evaluations"]]
+            if not all(isinstance(e[k], (int, float)) for e in evals for k in EVAL_FIELDS):
+                raise ValueError(f"seed {label!r}: an evaluation field is not a number")
+            out.append((str(label), str(seed["run"]), evals))
+        return out
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{path}: not a seeds JSON written by --json ({detail})") from None
+
+
+def seed_row(run_dir: Path, by_env_steps: int, by_minutes: tuple[float, ...], goal_rate: float,
+             evals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One seed's figures from `run_dir`'s evaluations, or from `evals` (recorded ones) when given; empty lists
+    and None where it has none."""
+    evals = run_evals(run_dir) if evals is None else evals
     evals = [e for e in evals if isinstance(e.get("flag_rate"), (int, float))]
 
     def first(rate: float) -> dict[str, float] | None:
@@ -158,19 +192,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png")
     p.add_argument("--title", default="Mario 1-1: the head's evaluations per seed")
     args = p.parse_args(argv)
-    labels = args.labels or [r.name for r in args.runs]
-    if len(labels) != len(args.runs):
-        p.exit(2, f"error: --labels: {len(labels)} labels for {len(args.runs)} runs\n")
+    # one (label, run, recorded evaluations or None) per seed: a JSON expands to its seeds
+    seeds: list[tuple[str, Path, list[dict[str, Any]] | None]] = []
+    for run in args.runs:
+        if run.is_file():
+            try:
+                seeds += [(label, Path(name), evals) for label, name, evals in recorded_seeds(run)]
+            except ValueError as exc:
+                p.exit(2, f"error: {exc}\n")
+        elif not (run / METRICS_FILE).is_file():
+            p.exit(2, f"error: no {METRICS_FILE} in {run}\n")
+        else:
+            seeds.append((run.name, run, None))
+    labels = args.labels or [label for label, _, _ in seeds]
+    if len(labels) != len(seeds):
+        p.exit(2, f"error: --labels: {len(labels)} labels for {len(seeds)} runs\n")
     try:
         by_minutes = tuple(float(m) for m in args.by_minutes.split(",") if m.strip())
     except ValueError:
         p.exit(2, f"error: --by-minutes {args.by_minutes!r} is invalid: expected comma-separated minutes\n")
     if not 0 < args.goal_rate <= 1:
         p.exit(2, f"error: --goal-rate {args.goal_rate} is invalid: allowed 0 < rate <= 1\n")
-    missing = [str(r) for r in args.runs if not (r / METRICS_FILE).is_file()]
-    if missing:
-        p.exit(2, f"error: no {METRICS_FILE} in {', '.join(missing)}\n")
-    rows = [seed_row(r, args.by_env_steps, by_minutes, args.goal_rate) for r in args.runs]
+    rows = [seed_row(run, args.by_env_steps, by_minutes, args.goal_rate, evals) for _, run, evals in seeds]
     summary = summarize(rows, args.by_env_steps, by_minutes)
     print(markdown(rows, labels, summary, args.by_env_steps, by_minutes, args.goal_rate))
     if args.json:

@@ -83,3 +83,41 @@ def test_a_folder_without_metrics_exits_2_naming_it(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / "nothing")])
     assert exc.value.code == 2 and "no metrics.jsonl in" in capsys.readouterr().err
+
+
+def test_a_seeds_json_stands_in_for_its_runs_and_a_new_seed_joins_it(tmp_path, capsys):
+    first = [_run(tmp_path, "s0", [(50_000, 0.0), (100_000, 0.5)]), _run(tmp_path, "s1", [(60_000, 0.2)])]
+    old = tmp_path / "old.json"
+    assert main([*map(str, first), "--labels", "seed 0", "seed 1", "--json", str(old)]) == 0
+    for run in first:  # the run directories are gone; their recorded evaluations remain
+        for f in run.iterdir():
+            f.unlink()
+        run.rmdir()
+    new = _run(tmp_path, "s2", [(40_000, 0.1), (80_000, 0.6)])
+    both = tmp_path / "both.json"
+    capsys.readouterr()
+    assert main([str(old), str(new), "--json", str(both)]) == 0
+    table = capsys.readouterr().out
+    saved, before = json.loads(both.read_text()), json.loads(old.read_text())
+    assert saved["labels"] == ["seed 0", "seed 1", "s2"]
+    assert saved["seeds"][:2] == before["seeds"]  # the same rows from the recorded evaluations
+    assert saved["seeds"][2]["first_goal"]["env_steps"] == 80_000
+    assert "| seed 1 | 60,000 / 33 |" in table
+    assert saved["summary"]["first_flag_env_steps"] == {"median": 60_000, "min": 40_000, "max": 100_000}
+    assert main([str(old), str(new), "--labels", "a", "b", "c"]) == 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "not a seeds JSON written by --json"),
+    ('{"labels": ["a"]}', "missing key 'seeds'"),
+    ('{"labels": ["a"], "seeds": [{"run": "r", "evaluations": [{"env_steps": 1, "minutes": "x", '
+     '"flag_rate": 0, "mean_x_pos": 0}]}]}', "seed 'a': an evaluation field is not a number"),
+])
+def test_a_bad_seeds_json_exits_2_naming_it(tmp_path, capsys, text, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main([str(bad)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert str(bad) in err[-1] and message in err[-1]
