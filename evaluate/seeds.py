@@ -173,6 +173,7 @@ def plot(rows: list[dict[str, Any]], labels: list[str], out_png: str | Path, tit
         axes[1].plot(xs, [10 * e["flag_rate"] for e in row["evaluations"]], marker="o", label=label)
     axes[0].set_ylabel("mean x_pos (10 episodes, epsilon 0.05)")
     axes[1].set_ylabel("flags out of 10")
+    axes[1].set_ylim(-0.3, 10.3)  # the whole scale: a run without a flag is a line at 0, not a zoomed-in axis
     for ax in axes:
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
