@@ -14,7 +14,7 @@ then "-" when most seeds did not).
 
 A RUN may also be a JSON that `--json` wrote: its seeds' recorded evaluations (env steps, minutes, flag rate,
 mean x_pos) stand in for their run directories, which need not exist any more, so a new seed can join the
-table of earlier ones (`python -m evaluate.seeds docs/robust_1-1/seeds.json runs/robust/s2`). Its labels are
+table of earlier ones (`python -m evaluate.seeds docs/robust_1-1/seeds_0_1.json runs/robust/s2`). Its labels are
 the recorded ones unless --labels names every seed.
 
 Prints a Markdown table; --json writes the rows and the command; --png draws the seeds' evaluations (mean x_pos
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import statistics
 import sys
@@ -51,6 +52,10 @@ def run_evals(run_dir: Path) -> list[dict[str, Any]]:
     return periodic_evals(metrics, read_metrics(metrics)) if metrics.is_file() else []
 
 
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def recorded_seeds(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
     """(label, run, evaluations) of each seed in a JSON written by `--json`; ValueError naming what is wrong."""
     try:
@@ -61,8 +66,8 @@ def recorded_seeds(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
         out = []
         for label, seed in zip(labels, seeds, strict=True):
             evals = [{k: e[k] for k in EVAL_FIELDS} for e in seed["evaluations"]]
-            if not all(isinstance(e[k], (int, float)) for e in evals for k in EVAL_FIELDS):
-                raise ValueError(f"seed {label!r}: an evaluation field is not a number")
+            if not all(_finite_number(e[k]) for e in evals for k in EVAL_FIELDS):
+                raise ValueError(f"seed {label!r}: an evaluation field is not a finite number")
             out.append((str(label), str(seed["run"]), evals))
         return out
     except (OSError, ValueError, KeyError, TypeError) as exc:

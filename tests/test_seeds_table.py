@@ -111,7 +111,9 @@ def test_a_seeds_json_stands_in_for_its_runs_and_a_new_seed_joins_it(tmp_path, c
     ("not json", "not a seeds JSON written by --json"),
     ('{"labels": ["a"]}', "missing key 'seeds'"),
     ('{"labels": ["a"], "seeds": [{"run": "r", "evaluations": [{"env_steps": 1, "minutes": "x", '
-     '"flag_rate": 0, "mean_x_pos": 0}]}]}', "seed 'a': an evaluation field is not a number"),
+     '"flag_rate": 0, "mean_x_pos": 0}]}]}', "seed 'a': an evaluation field is not a finite number"),
+    ('{"labels": ["a"], "seeds": [{"run": "r", "evaluations": [{"env_steps": 1, "minutes": 2, '
+     '"flag_rate": NaN, "mean_x_pos": 0}]}]}', "seed 'a': an evaluation field is not a finite number"),
 ])
 def test_a_bad_seeds_json_exits_2_naming_it(tmp_path, capsys, text, message):
     bad = tmp_path / "bad.json"
