@@ -41,7 +41,9 @@ class ProgressTracker:
             self._last_updates = int(counters.get("updates", updates))
             self._last_samples = samples
         live = [c for c in stats.collectors.values() if not c["closed"]]  # reclaimed ones are already gone
-        versions = [c["weight_version"] for c in live]
+        # the weights collectors act with, read from their chunks: a peer that never delivered a transition (a
+        # registration still waiting for its first chunk, or one that only ever sends summaries) has none
+        versions = [c["weight_version"] for c in live if c["transitions"] > 0]
         epsilons = [c["epsilon"] for c in live]
         # the learning curve: the least-exploring slot's episodes are the closest to the greedy policy
         greedy_slot = min(live, key=lambda c: c["epsilon"])["slot"] if live else None
@@ -71,7 +73,7 @@ class ProgressTracker:
             "weight_version": weight_version,
             "weight_lag": (weight_version - min(versions)) if versions else float("nan"),
             "epsilon_mean": _mean(epsilons),
-            "collectors_alive": len(versions),
+            "collectors_alive": len(live),
             "collectors_waiting": sum(bool(c.get("waiting")) for c in live),  # held by the insert gate / credits
             # collectors whose data has arrived at least once: the bench's steady window starts when all have
             "collectors_delivered": sum(c["transitions"] > 0 for c in stats.collectors.values()),

@@ -18,9 +18,21 @@ def stats(collectors: dict, by_slot: dict) -> ConsolidationStats:
     )
 
 
-def collector(slot: int, epsilon: float, transitions: int = 0) -> dict:
-    return {"slot": slot, "epsilon": epsilon, "weight_version": 0, "closed": False, "waiting": False,
+def collector(slot: int, epsilon: float, transitions: int = 0, weight_version: int = 0) -> dict:
+    return {"slot": slot, "epsilon": epsilon, "weight_version": weight_version, "closed": False, "waiting": False,
             "transitions": transitions}
+
+
+def test_weight_lag_counts_the_collectors_that_delivered_transitions() -> None:
+    """A live registration that never sent a chunk (silent, or summaries only) acts with no weights: it is out of
+    the lag, not a version 0 that makes every collector look stale."""
+    s = stats({1: collector(0, 0.4, transitions=512, weight_version=900), 2: collector(1, 0.1, transitions=64,
+                                                                                      weight_version=950),
+               3: collector(2, 0.4)}, {})
+    record = ProgressTracker(20).record(s, {}, 1000, 10_000, 1000, 0, {})
+    assert record["weight_lag"] == 100 and record["collectors_alive"] == 3
+    record = ProgressTracker(20).record(stats({3: collector(2, 0.4)}, {}), {}, 0, 10_000, 1000, 0, {})
+    assert math.isnan(record["weight_lag"]) and record["collectors_alive"] == 1
 
 
 def test_greedy_curve_is_the_lowest_epsilon_slot() -> None:
