@@ -141,6 +141,10 @@ def gpu_server_profile() -> Config:
             # ~14 GiB, fit half of any >= 40 GB card) and compiles itself, so the networks are not compiled apart
             step_mode="captured",
             compile_mode="off",
+            # the first convolution over 4x4 pixel blocks as 64 channels (tensor cores tile them; 4 channels
+            # fell back to slow kernels that took a third of the GPU time): the captured step at 1,135 against
+            # 988 updates/s at batch 512 and 1,532 against 1,487 at 64 on one H200 (BENCHMARKS.md)
+            space_to_depth="on",
             lr=2.5e-4,  # the CPU recipe's (Mario's preset sets it too)
             warmup_transitions=50_000,  # ~35 s of 14 collectors
             samples_per_insert=RULE_SAMPLES_PER_INSERT,

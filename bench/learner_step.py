@@ -88,7 +88,7 @@ def _host_launch_ms(learner: Any, device: torch.device, samples: int = 5) -> flo
     return median(per_update)
 
 
-def learner_config(mode: str, batch: int, precision: str, device: torch.device) -> Any:
+def learner_config(mode: str, batch: int, precision: str, device: torch.device, space_to_depth: str = "auto") -> Any:
     """The learner section one mode runs: no warm-up, no rate limit, no broadcasts; the mode's step and compile."""
     from shared.config import LearnerConfig
 
@@ -96,17 +96,18 @@ def learner_config(mode: str, batch: int, precision: str, device: torch.device) 
                          samples_per_insert=0.0, prefetch=True, weight_broadcast_every=10**9,
                          torch_threads=torch.get_num_threads(),
                          step_mode="captured" if mode in CAPTURED else "eager" if mode == "compiled" else mode,
-                         step_autotune=mode == "autotuned", compile_mode="default" if mode == "compiled" else "off")
+                         step_autotune=mode == "autotuned", compile_mode="default" if mode == "compiled" else "off",
+                         space_to_depth=space_to_depth)
 
 
 def measure(mode: str, batch: int, precision: str, device: torch.device, replay: Any, budget_s: float,
-            block_s: float = 0.5) -> dict[str, Any]:
+            block_s: float = 0.5, space_to_depth: str = "auto") -> dict[str, Any]:
     """One mode at one batch size and precision on `replay`: see the module docstring."""
     from learner.trainer import Learner
     from shared.config import Config
     from shared.env_spec import EnvSpec
 
-    cfg = Config(learner=learner_config(mode, batch, precision, device))
+    cfg = Config(learner=learner_config(mode, batch, precision, device, space_to_depth))
     cfg = replace(cfg, replay=replace(cfg.replay, storage_device="auto"))
     if mode in COMPILED:
         torch._dynamo.reset()  # compile as a new process would: from inductor's on-disk cache at best
@@ -155,10 +156,12 @@ def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
 
 def run_step_bench(quick: bool = True, device: str | torch.device | None = None, repeats: int | None = None,
                    capacity: int | None = None, seconds: float | None = None, batches: tuple[int, ...] | None = None,
-                   precisions: tuple[str, ...] | None = None, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+                   precisions: tuple[str, ...] | None = None, modes: tuple[str, ...] = MODES,
+                   space_to_depth: tuple[str, ...] = ("auto",)) -> dict[str, Any]:
     """The step modes side by side; JSON-able. Keys: learner_updates_per_s (mode_precision_bBATCH -> median
-    updates/s), learner_host_cpu_ms_per_update, learner_device_busy_frac, learner_wait_frac (same keys),
-    and the spreads, first-update seconds and compile-inclusive rates in `details`."""
+    updates/s, with _s2d-on or _s2d-off appended where learner.space_to_depth is not auto),
+    learner_host_cpu_ms_per_update, learner_device_busy_frac, learner_wait_frac (same keys), and the spreads,
+    first-update seconds and compile-inclusive rates in `details`."""
     from learner.precision import cpu_has_native_bf16
 
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -184,18 +187,18 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
                     skipped[f"{mode}_{p}_b{b}"] = ("--quick on CPU: compiling the step takes about a minute per batch and "
                                                    "precision, bf16 runs in full runs")
                     continue
-                plan.append((mode, b, p))
+                plan.extend((mode, b, p, s) for s in space_to_depth)
     cap = capacity or (20_000 if quick or not cuda else 200_000)
     replay = real_replay(dev, cap)
     runs: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
     for _ in range(repeats):
-        for mode, b, p in plan:
-            key = f"{mode}_{p}_b{b}"
+        for mode, b, p, s2d in plan:
+            key = f"{mode}_{p}_b{b}" + ("" if s2d == "auto" else f"_s2d-{s2d}")
             if key in failed:
                 continue
             try:
-                result = measure(mode, b, p, dev, replay, budget)
+                result = measure(mode, b, p, dev, replay, budget, space_to_depth=s2d)
             except Exception as exc:  # one mode failing on a new device must not lose the others' figures
                 failed[key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
                 runs.pop(key, None)
@@ -219,6 +222,9 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
             ratios[f"{key}_vs_eager_10min_incl_compile"] = round(
                 median([r["rate_10min_incl_compile"] for r in runs[key]])
                 / median([r["rate_10min_incl_compile"] for r in runs[f"eager_{rest}"]]), 3)
+        off = key_fig.get(key.removesuffix("_s2d-on") + "_s2d-off") if key.endswith("_s2d-on") else None
+        if off:
+            ratios[f"{key}_vs_s2d-off"] = round(value / off, 3)
     busy = per_key("device_busy_frac")
     return {
         "device": str(dev) if not cuda else f"cuda ({torch.cuda.get_device_name(dev)})",
@@ -262,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         "fp32 and bf16 where native, fp32 and auto on CUDA)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated step modes, of "
                         f"{', '.join(ALL_MODES)} (default: {','.join(MODES)})")
+    parser.add_argument("--space-to-depth", default="auto", help="comma-separated learner.space_to_depth values, "
+                        "each measured beside the others (default: auto: on with CUDA, off on a CPU)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
     parser.add_argument("--keep-compile-cache", action="store_true",
                         help="use inductor's usual cache (default: a fresh one, so compile_s is a cold compile)")
@@ -285,13 +293,20 @@ def main(argv: list[str] | None = None) -> int:
     modes = tuple(args.modes.split(","))
     if not modes or not set(modes) <= set(ALL_MODES) or len(set(modes)) != len(modes):
         parser.error(f"--modes={args.modes!r}: a comma-separated subset of {', '.join(ALL_MODES)}, each once")
+    from shared.config import SPACE_TO_DEPTH
+
+    s2d = tuple(args.space_to_depth.split(","))
+    if not set(s2d) <= set(SPACE_TO_DEPTH) or len(set(s2d)) != len(s2d):
+        parser.error(f"--space-to-depth={args.space_to_depth!r}: a comma-separated subset of "
+                     f"{', '.join(SPACE_TO_DEPTH)}, each once")
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         if not args.keep_compile_cache:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         result = run_step_bench(quick=args.quick, device=args.device, repeats=args.repeats, capacity=args.capacity,
-                                seconds=args.seconds, batches=batches, precisions=precisions, modes=modes)
+                                seconds=args.seconds, batches=batches, precisions=precisions, modes=modes,
+                                space_to_depth=s2d)
     print_json(result, args.out)
     return 0
 

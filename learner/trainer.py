@@ -49,7 +49,7 @@ from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
-from shared.network import build_q_network_for
+from shared.network import build_q_network_for, use_space_to_depth
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]
 
@@ -117,6 +117,7 @@ class Learner:
             raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not implement resets "
                              "(learner.reset_every_updates)")
         self.online = self.build_network().to(self.device, memory_format=fmt)
+        self.space_to_depth = use_space_to_depth(self.online, lc.space_to_depth, self.device.type)  # target: a copy
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]

@@ -24,6 +24,7 @@ ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (shared/mario_a
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 STEP_MODES = ("eager", "device", "captured")
+SPACE_TO_DEPTH = ("auto", "on", "off")
 DEVICES = ("auto", "cpu", "cuda")
 STORAGE_DEVICES = ("auto", "cpu", "learner")
 ENCODERS = ("nature", "impala")  # the image torsos of shared/network.py
@@ -151,6 +152,10 @@ class LearnerConfig:
     # (max-autotune, without its own CUDA graphs: the runner records one): a longer compile for
     # perhaps faster kernels where the GPU, not the host, bounds the update
     step_autotune: bool = False
+    # The Nature torso's first convolution (8x8, stride 4, over 4 frames) computed as a 2x2 one over 64 channels
+    # (each 4x4 pixel block as channels): the same function and parameters, but GPU tensor cores take 64 input
+    # channels where 4 left them to slow fallback kernels. auto: on with CUDA, off on the CPU (the learner only)
+    space_to_depth: str = "auto"
     warmup_transitions: int = 5_000  # replay size before learning starts
     # A run dir or checkpoint dir whose online network this run starts from (online and target both; the
     # optimizer, counters and replay start fresh): fine-tuning, e.g. one level's network on another. "" =

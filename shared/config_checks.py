@@ -17,6 +17,7 @@ from shared.config import (
     DEVICES,
     ENCODERS,
     PRECISIONS,
+    SPACE_TO_DEPTH,
     STEP_MODES,
     STORAGE_DEVICES,
     Config,
@@ -214,6 +215,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _choice("learner.precision", lrn.precision, PRECISIONS)
     _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
     _choice("learner.step_mode", lrn.step_mode, STEP_MODES)
+    _choice("learner.space_to_depth", lrn.space_to_depth, SPACE_TO_DEPTH)
     if lrn.step_mode != "eager" and lrn.compile_mode != "off":
         _fail("learner.step_mode", lrn.step_mode, f"eager with learner.compile_mode={lrn.compile_mode!r} (device and "
               "captured compile the whole update themselves: set learner.compile_mode=off)")

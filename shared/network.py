@@ -123,9 +123,42 @@ class NatureCNN(nn.Module):
         )
         with torch.no_grad():
             self.out_features = int(self.convs(torch.zeros(1, stack, *frame_hw)).shape[1])
+        # the first convolution as a space-to-depth one (same function, same parameters): see conv_space_to_depth
+        self.space_to_depth = False
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.convs(_scaled(frames))
+        x = _scaled(frames)
+        if self.space_to_depth:
+            return self.convs[1:](conv_space_to_depth(x, self.convs[0]))
+        return self.convs(x)
+
+
+def use_space_to_depth(net: nn.Module, setting: str, device_type: str) -> bool:
+    """Turn the space-to-depth first convolution on or off in `net`'s Nature torso (`learner.space_to_depth`:
+    auto is on with CUDA); True when it is on. Other torsos have no such layer and stay as they are."""
+    on = setting == "on" or (setting == "auto" and device_type == "cuda")
+    torso = getattr(net, "torso", None)
+    if not isinstance(torso, NatureCNN):
+        return False
+    torso.space_to_depth = on
+    return on
+
+
+def conv_space_to_depth(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
+    """`conv(x)` for a convolution whose kernel is a multiple m of its stride s (Nature's first layer: 8 and 4),
+    computed as an m x m stride-1 convolution over x rearranged space-to-depth (each s x s block of pixels
+    becomes s*s channels) with the weights rearranged the same way: the same sums, in another order. Four input
+    channels leave GPU tensor cores mostly idle (cuDNN falls back to slow kernels); 4*s*s = 64 fit them."""
+    (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
+    mh, mw = kh // sh, kw // sw
+    b, c, h, w = x.shape
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    hh, ww = (oh + mh - 1) * sh, (ow + mw - 1) * sw  # the rows and columns the convolution reads
+    x = x[:, :, :hh, :ww].reshape(b, c, hh // sh, sh, ww // sw, sw).permute(0, 1, 3, 5, 2, 4)
+    x = x.reshape(b, c * sh * sw, hh // sh, ww // sw)
+    o = conv.weight.shape[0]
+    wt = conv.weight.reshape(o, c, mh, sh, mw, sw).permute(0, 1, 3, 5, 2, 4).reshape(o, c * sh * sw, mh, mw)
+    return nn.functional.conv2d(x, wt, conv.bias)
 
 
 def _scaled(frames: torch.Tensor) -> torch.Tensor:

@@ -392,6 +392,30 @@ def test_with_a_target_lever_the_step_traces_as_one_graph(monkeypatch, lever: st
         torch.testing.assert_close(states["captured"][0][name], t, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_space_to_depth_step_traces_as_one_graph_and_equals_the_eager_learner(monkeypatch) -> None:
+    """learner.space_to_depth=on (what auto picks with CUDA): the captured step over the Nature CNN traces with
+    fullgraph=True (eager backend, seconds) and trains as the eager learner with the plain convolution does."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    eager = learner_on(config(), filled_replay(IMAGE))
+    captured = learner_on(config(step_mode="captured", space_to_depth="on"), filled_replay(IMAGE))
+    try:
+        assert captured.space_to_depth and captured.online.torso.space_to_depth
+        assert captured.target.torso.space_to_depth and not eager.space_to_depth  # CPU: auto is off
+        for _ in range(3):
+            a, b = eager.train_step(), captured.train_step()
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+        assert captured.stats()["compiled"]
+        assert_same_learners(eager, captured, rtol=1e-4, atol=1e-5)
+    finally:
+        eager.close()
+        captured.close()
+        torch._dynamo.reset()
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 

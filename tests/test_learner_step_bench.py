@@ -49,12 +49,21 @@ def test_compiled_networks_are_a_compiled_mode_left_out_of_quick_cpu_runs() -> N
     assert "compiled_fp32_b4" in out["skipped"]
 
 
+def test_space_to_depth_values_are_measured_side_by_side_with_their_ratio() -> None:
+    out = run_step_bench(quick=True, device="cpu", capacity=2000, seconds=0.05, batches=(4,), precisions=("fp32",),
+                         modes=("eager",), space_to_depth=("off", "on"))
+    assert set(out["learner_updates_per_s"]) == {"eager_fp32_b4_s2d-off", "eager_fp32_b4_s2d-on"}
+    assert out["ratios"]["eager_fp32_b4_s2d-on_vs_s2d-off"] > 0
+    assert learner_config("captured", 32, "fp16", torch.device("cuda"), "on").space_to_depth == "on"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "0"], "--repeats=0"),
     (["--batches", "32,x"], "--batches='32,x'"),
     (["--precisions", "fp8"], "--precisions='fp8'"),
     (["--seconds", "-1"], "--seconds=-1"),
     (["--modes", "eager,turbo"], "--modes='eager,turbo'"),
+    (["--space-to-depth", "on,sometimes"], "--space-to-depth='on,sometimes'"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "bench.learner_step", *argv], capture_output=True, text=True,

@@ -16,7 +16,7 @@ import torch
 import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.env_spec import EnvSpec
-from shared.network import ImpalaCNN, NatureCNN, build_q_network
+from shared.network import ImpalaCNN, NatureCNN, build_q_network, conv_space_to_depth, use_space_to_depth
 from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 MARIO = (84, 84), 4, 7  # obs_shape, stack, actions: Mario's 84x84 frames, 4 per state, the simple action set
@@ -263,3 +263,36 @@ def test_an_impala_run_trains_and_its_collectors_act_with_the_learner_s_weights(
     carry a newer weight version) and the checkpoint records the encoder."""
     geometry = run_inprocess_head(tmp_path, encoder="impala", encoder_width=1)
     assert (geometry["encoder"], geometry["encoder_width"]) == ("impala", 1)
+
+
+@pytest.mark.parametrize("hw,kernel,stride", [((84, 84), 8, 4), ((36, 36), 8, 4), ((90, 87), 8, 4), ((21, 30), 4, 2),
+                                              ((12, 12), 3, 1)])
+def test_the_space_to_depth_convolution_is_the_same_function(hw: tuple[int, int], kernel: int, stride: int) -> None:
+    """A kernel that is m strides wide as an m x m stride-1 convolution over s x s pixel blocks: the same outputs
+    and the same gradients for the layer's own weight and bias (edges the convolution never reads included)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 32, kernel_size=kernel, stride=stride).double()
+    x = torch.rand(3, 4, *hw, dtype=torch.float64, requires_grad=True)
+    plain, s2d = conv(x), conv_space_to_depth(x, conv)
+    assert s2d.shape == plain.shape
+    torch.testing.assert_close(s2d, plain, rtol=1e-12, atol=1e-12)
+    grads = [torch.autograd.grad(out.square().sum(), (conv.weight, conv.bias, x)) for out in (plain, s2d)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
+
+
+def test_space_to_depth_is_a_switch_of_the_nature_torso_only() -> None:
+    """auto is on with CUDA and off on a CPU; the parameters and their names stay (checkpoints load either
+    way); the impala and MLP torsos have no such layer. The network computes the same Q-values either way."""
+    net = build_q_network(*MARIO)
+    keys = list(net.state_dict())
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    q_plain = net(frames)
+    assert use_space_to_depth(net, "auto", "cuda") and net.torso.space_to_depth
+    torch.testing.assert_close(net(frames), q_plain, rtol=1e-5, atol=1e-5)
+    assert list(net.state_dict()) == keys
+    assert not use_space_to_depth(net, "auto", "cpu") and not net.torso.space_to_depth
+    assert use_space_to_depth(net, "on", "cpu") and not use_space_to_depth(net, "off", "cuda")
+    assert not use_space_to_depth(build_q_network(*MARIO, encoder="impala"), "on", "cuda")
+    assert not use_space_to_depth(build_q_network((8,), 4, 3), "on", "cuda")
+
