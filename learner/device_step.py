@@ -72,6 +72,7 @@ class StepConfig:
     uniform_rows: int = 64
     munchausen: Munchausen | None = None  # the Munchausen target's constants (None: the Double DQN target)
     quantiles: bool = False  # QR-DQN: the networks give return quantiles and the loss is the quantile Huber loss
+    target_epsilon: float = 0.0  # the bootstrap values the epsilon-greedy policy (learner/dqn.py)
 
 
 @dataclass
@@ -118,7 +119,8 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
             out = dqn_loss(lambda x: functional_call(online, p, (x,), kwargs),
                            lambda x: functional_call(target, target_params, (x,), kwargs),
                            obs, actions, returns, discounts, next_obs, weights, cfg.double_q,
-                           normalizer=float(cfg.batch), munchausen=cfg.munchausen, quantiles=cfg.quantiles)
+                           normalizer=float(cfg.batch), munchausen=cfg.munchausen, quantiles=cfg.quantiles,
+                           target_epsilon=cfg.target_epsilon)
         scaled = out.loss * s.scale if cfg.use_scaler else out.loss
         return scaled, (out.loss.detach(), out.td_abs, out.q_mean)
 

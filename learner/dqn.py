@@ -22,6 +22,15 @@ Munchausen DQN (Vieillard et al. 2020; `learner.munchausen_alpha` > 0) replaces 
     y = R^(n) + alpha * clip(tau * log pi(a_t|s_t), l0, 0)
               + gamma^m * sum_a' pi(a'|s') * (Q_target(s', a') - tau * log pi(a'|s'))
 
+With `target_epsilon` eps > 0 the bootstrap values the epsilon-greedy policy the evaluations play
+rather than the greedy one (Expected SARSA toward that policy):
+
+    y = R^(n) + gamma^m * ((1 - eps) * Q_target(s', a*) + eps * mean_a' Q_target(s', a'))
+
+and with Munchausen the soft value's weights become (1 - eps) * pi(.|s') + eps / A (the log-policy
+term stays pi's). A state where one random action is fatal (mid-jump over a pit) is worth less
+under it, so the learned route keeps margins the greedy target does not reward.
+
 With n-step returns the bonus is added for the first step only: the replay stores the first action
 and R^(n), not the actions and states in between, so the later steps' log-policy terms are unknown.
 The soft bootstrap has no argmax, so `double_q` does not apply to it. Log-probabilities come from `log_softmax` (max-subtracted), so a
@@ -83,8 +92,10 @@ def td_targets(
     returns: torch.Tensor,
     discounts: torch.Tensor,
     double_q: bool = True,
+    target_epsilon: float = 0.0,
 ) -> torch.Tensor:
-    """y = returns + discounts * Q_target(s', a*) as float32 [B], without a graph."""
+    """y = returns + discounts * Q_target(s', a*) as float32 [B], without a graph; with `target_epsilon` the
+    bootstrap is the epsilon-greedy policy's expectation (module docstring)."""
     with torch.no_grad():
         q_next_target = target(next_obs).float()
         if double_q:
@@ -92,6 +103,8 @@ def td_targets(
         else:
             best = q_next_target.argmax(dim=1, keepdim=True)
         bootstrap = q_next_target.gather(1, best).squeeze(1)
+        if target_epsilon > 0:
+            bootstrap = (1.0 - target_epsilon) * bootstrap + target_epsilon * q_next_target.mean(dim=1)
         return returns.float() + discounts.float() * bootstrap
 
 
@@ -103,6 +116,7 @@ def munchausen_targets(
     returns: torch.Tensor,
     discounts: torch.Tensor,
     m: Munchausen,
+    target_epsilon: float = 0.0,
 ) -> torch.Tensor:
     """y = returns + bonus(s, a) + discounts * soft value of Q_target at s' (module docstring), float32 [B]."""
     with torch.no_grad():
@@ -111,7 +125,10 @@ def munchausen_targets(
         bonus = m.alpha * tau_logpi_now.gather(1, actions.long().view(-1, 1)).squeeze(1).clamp(m.clip, 0.0)
         q_next = target(next_obs).float()
         logpi_next = F.log_softmax(q_next / m.tau, dim=1)
-        soft_value = (logpi_next.exp() * (q_next - m.tau * logpi_next)).sum(dim=1)
+        weights = logpi_next.exp()
+        if target_epsilon > 0:
+            weights = (1.0 - target_epsilon) * weights + target_epsilon / q_next.shape[1]
+        soft_value = (weights * (q_next - m.tau * logpi_next)).sum(dim=1)
         return returns.float() + bonus + discounts.float() * soft_value
 
 
@@ -163,6 +180,7 @@ def dqn_loss(
     normalizer: float | None = None,
     munchausen: Munchausen | None = None,
     quantiles: bool = False,
+    target_epsilon: float = 0.0,
 ) -> LossOutput:
     """Importance-weighted Huber loss of one (micro-)batch.
 
@@ -171,6 +189,7 @@ def dqn_loss(
     `munchausen`: the Munchausen target instead of the (Double) DQN one (None = off).
     `quantiles`: QR-DQN: `online` and `target` give quantiles [B, A, N], the loss is the quantile
     Huber loss (module docstring); not with `munchausen`.
+    `target_epsilon`: the bootstrap values the epsilon-greedy policy (module docstring); not with `quantiles`.
     """
     batch = int(actions.shape[0])
     if batch == 0:
@@ -182,12 +201,14 @@ def dqn_loss(
     if quantiles:
         if munchausen is not None:
             raise ValueError("dqn_loss: Munchausen targets and quantiles exclude each other")
+        if target_epsilon > 0:
+            raise ValueError("dqn_loss: target_epsilon applies to scalar heads, not quantiles")
         return _quantile_loss(online, target, obs, actions, returns, discounts, next_obs, weights, double_q,
                               normalizer)
     if munchausen is None:
-        y = td_targets(online, target, next_obs, returns, discounts, double_q)
+        y = td_targets(online, target, next_obs, returns, discounts, double_q, target_epsilon)
     else:
-        y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, munchausen)
+        y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, munchausen, target_epsilon)
     q_all = online(obs).float()
     q_sa = q_all.gather(1, actions.long().view(-1, 1)).squeeze(1)
     per_sample = F.smooth_l1_loss(q_sa, y, reduction="none", beta=HUBER_DELTA)

@@ -124,7 +124,7 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
         with parts.precision.autocast():
             out = dqn_loss(fwd_online, fwd_target, obs, batch.actions[sl], batch.returns[sl],
                            batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n),
-                           munchausen=munchausen, quantiles=quantiles)
+                           munchausen=munchausen, quantiles=quantiles, target_epsilon=float(lc.target_epsilon))
         parts.scaler.scale(out.loss).backward()
         td_parts.append(out.td_abs)
         loss_total = loss_total + out.loss.detach()

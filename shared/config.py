@@ -124,6 +124,10 @@ class LearnerConfig:
     munchausen_alpha: float = 0.0
     munchausen_tau: float = 0.03  # Munchausen entropy temperature: higher = softer policy, larger bonus magnitudes
     munchausen_clip: float = -1.0  # Munchausen l0: lower bound of tau * log pi in the bonus (bounds it as pi -> 0)
+    # The bootstrap values the epsilon-greedy policy with this epsilon instead of the greedy one (Expected SARSA
+    # toward what the evaluations play, epsilon 0.05): routes where one random action is fatal score lower.
+    # 0 = off (the greedy bootstrap); not with quantiles
+    target_epsilon: float = 0.0
     # QR-DQN (Dabney et al. 2017): the head outputs this many quantiles of the return per action, trained with the
     # quantile Huber loss; acting and the bootstrap action use their mean. 0 = off (one value per action); paper 200
     quantiles: int = 0

@@ -276,6 +276,10 @@ def check_levers(cfg: Config) -> None:
     _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
     _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
     _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
+    _float_range("learner.target_epsilon", lrn.target_epsilon, 0.0, 1.0)
+    if lrn.quantiles > 0 and lrn.target_epsilon > 0:
+        _fail("learner.target_epsilon", lrn.target_epsilon, f"0 with learner.quantiles={lrn.quantiles} (the "
+              "epsilon-greedy bootstrap is built for one value per action: set learner.target_epsilon=0)")
     _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
     if lrn.quantiles > 0 and lrn.munchausen_alpha > 0:
         _fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "

@@ -69,6 +69,7 @@ def test_bad_override_names_the_problem(override, words):
         ("learner.precision=fp8", "learner.precision", "auto, fp32, bf16, fp16"),
         ("learner.compile_mode=fast", "learner.compile_mode", "off, default"),
         ("learner.space_to_depth=yes", "learner.space_to_depth", "auto, on, off"),
+        ("learner.target_epsilon=1.5", "learner.target_epsilon", "[0.0, 1.0]"),
         ("learner.batch_size=0", "learner.batch_size", "[1, 65536]"),
         ("learner.encoder=resnet", "learner.encoder", "nature, impala"),
         ("learner.encoder_width=0", "learner.encoder_width", "[1, 64]"),

@@ -109,14 +109,15 @@ def test_device_step_equals_the_eager_learner(precision: str, batch: int, accum:
         device.close()
 
 
-LEVERS = {"munchausen": {"munchausen_alpha": 0.9}, "quantiles": {"quantiles": 4}}
+LEVERS = {"munchausen": {"munchausen_alpha": 0.9}, "quantiles": {"quantiles": 4},
+          "target_epsilon": {"target_epsilon": 0.05, "munchausen_alpha": 0.9}}
 
 
 @pytest.mark.parametrize("lever", LEVERS)
 @pytest.mark.parametrize("batch, accum", [(8, 1), (4, 2)])
 def test_with_a_target_lever_the_device_step_equals_the_eager_learner(lever: str, batch: int, accum: int) -> None:
-    """learner.munchausen_alpha > 0 or learner.quantiles > 0: both paths train on that target (learner/dqn.py), to
-    the same weights, Adam state and priorities."""
+    """learner.munchausen_alpha > 0, learner.quantiles > 0 or learner.target_epsilon > 0: both paths train on that
+    target (learner/dqn.py), to the same weights, Adam state and priorities."""
     levers = {**LEVERS[lever], "batch_size": batch, "grad_accum_steps": accum}
     eager = learner_on(config(**levers), filled_replay(IMAGE))
     device = learner_on(config(step_mode="device", **levers), filled_replay(IMAGE))

@@ -206,6 +206,30 @@ def test_munchausen_is_off_at_alpha_zero() -> None:
         Munchausen(alpha=0.9, tau=0.03, clip=-1.0)
 
 
+def test_target_epsilon_bootstraps_the_epsilon_greedy_policy_by_hand() -> None:
+    """eps = 0.2 over two actions: the bootstrap is 0.8 x Q_target(s', a*) + 0.2 x mean Q_target(s', .); the
+    Munchausen soft value weighs (q - tau log pi) by 0.8 x pi + 0.2 / 2; eps = 0 is the plain target."""
+    online = TableQ([[0.0, 0.0], [1.0, 5.0]])
+    target = TableQ([[0.0, 1.0], [3.0, -2.0]])
+    obs, actions, next_obs = torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([1, 1])
+    returns, discounts = torch.tensor([1.0, 1.0]), torch.tensor([0.5, 0.0])
+    y = td_targets(online, target, next_obs, returns, discounts, double_q=True, target_epsilon=0.2)
+    assert y.tolist() == pytest.approx([1.0 + 0.5 * (0.8 * -2.0 + 0.2 * 0.5), 1.0])
+    assert td_targets(online, target, next_obs, returns, discounts, True, 0.0).tolist() == \
+        td_targets(online, target, next_obs, returns, discounts, True).tolist()
+    m = Munchausen(alpha=0.9, tau=1.0, clip=-1.0)
+    y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, m, target_epsilon=0.2)
+    log_z = math.log(math.exp(3.0) + math.exp(-2.0))
+    log_pi = [3.0 - log_z, -2.0 - log_z]
+    soft_v = sum((0.8 * math.exp(lp) + 0.1) * (q - lp) for lp, q in zip(log_pi, [3.0, -2.0], strict=True))
+    log_z0 = math.log(1.0 + math.exp(1.0))
+    bonus = [0.9 * max(0.0 - log_z0, -1.0), 0.9 * (1.0 - log_z0)]
+    assert y.tolist() == pytest.approx([1.0 + bonus[0] + 0.5 * soft_v, 1.0 + bonus[1]], rel=1e-6)
+    with pytest.raises(ValueError, match="not quantiles"):
+        dqn_loss(online, target, obs, actions, returns, discounts, next_obs, torch.ones(2), quantiles=True,
+                 target_epsilon=0.1)
+
+
 # ---------------------------------------------------------------------------- QR-DQN
 def test_quantile_huber_loss_by_hand() -> None:
     """N = 2 (taus 0.25, 0.75), theta = [0, 1], T = [0.5, 2]: u_ij = T_j - theta_i = [[0.5, 2], [-0.5, 1]],

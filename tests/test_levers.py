@@ -236,6 +236,9 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.quantiles=-1"], ["learner.quantiles=-1", "[0, 1024]"]),
     (["learner.quantiles=32", "learner.munchausen_alpha=0.9"], ["learner.quantiles=32", "munchausen_alpha"]),
     (["learner.noisy_sigma=-0.5"], ["learner.noisy_sigma=-0.5", "[0.0, 10.0]"]),
+    (["learner.target_epsilon=-0.1"], ["learner.target_epsilon=-0.1", "[0.0, 1.0]"]),
+    (["learner.quantiles=8", "learner.munchausen_alpha=0", "learner.target_epsilon=0.05"],
+     ["learner.target_epsilon=0.05", "learner.quantiles=8"]),
     (["learner.noisy_sigma=0.5", "learner.step_mode=device"], ["learner.step_mode='device'", "learner.noisy_sigma"]),
 ])
 def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_path, capsys) -> None:
@@ -252,7 +255,7 @@ def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_pat
 
 def test_levers_are_off_by_default_and_the_device_step_refuses_resets() -> None:
     lc = LearnerConfig()
-    assert lc.munchausen_alpha == 0.0 and lc.reset_every_updates == 0
+    assert lc.munchausen_alpha == 0.0 and lc.reset_every_updates == 0 and lc.target_epsilon == 0.0
     with pytest.raises(ValueError, match="device step does not implement resets"):
         make_learner(small_config(step_mode="device", reset_every_updates=10)).close()
     ok = replace(small_config(), learner=replace(small_config().learner, munchausen_alpha=0.9,
