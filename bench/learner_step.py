@@ -144,6 +144,7 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
             "host_cpu_ms_per_update": cpu / n * 1000.0, "wait_frac": stats["data_wait_frac"],
             "host_launch_ms_per_update": launch, "device_busy_frac": busy, "skipped_updates": stats["skipped_updates"],
             "rate_10min_incl_compile": max(0.0, RUN_S - first_s) * rate / RUN_S,
+            "space_to_depth": learner.space_to_depth,
         }
     finally:
         learner.close()
@@ -239,6 +240,7 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
         "learner_host_launch_ms_per_update": per_key("host_launch_ms_per_update", 3) if cuda else None,
         "learner_device_busy_frac": busy if cuda else None,
         "learner_wait_frac": per_key("wait_frac"),
+        "learner_space_to_depth": {k: v[0]["space_to_depth"] for k, v in runs.items()},  # what auto resolved to
         "ratios": ratios,
         "details": {
             "updates_per_s": {k: _spread([r["updates_per_s"] for r in v]) for k, v in runs.items()},

@@ -22,6 +22,7 @@ def test_quick_step_bench_reports_every_key_with_reasons_for_nulls() -> None:
     assert "captured_fp32_b4" in out["skipped"]  # --quick on a CPU does not compile
     assert out["ratios"]["device_fp32_b4_vs_eager"] > 0
     assert out["details"]["skipped_updates"] == {"eager_fp32_b4": [0], "device_fp32_b4": [0]}
+    assert out["learner_space_to_depth"] == {"eager_fp32_b4": False, "device_fp32_b4": False}  # auto: off on a CPU
 
 
 def test_modes_pick_what_is_measured_and_autotuned_is_a_compiled_mode() -> None:
@@ -54,6 +55,7 @@ def test_space_to_depth_values_are_measured_side_by_side_with_their_ratio() -> N
                          modes=("eager",), space_to_depth=("off", "on"))
     assert set(out["learner_updates_per_s"]) == {"eager_fp32_b4_s2d-off", "eager_fp32_b4_s2d-on"}
     assert out["ratios"]["eager_fp32_b4_s2d-on_vs_s2d-off"] > 0
+    assert out["learner_space_to_depth"] == {"eager_fp32_b4_s2d-off": False, "eager_fp32_b4_s2d-on": True}
     assert learner_config("captured", 32, "fp16", torch.device("cuda"), "on").space_to_depth == "on"
 
 
