@@ -150,6 +150,9 @@ def conv_space_to_depth(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
     becomes s*s channels) with the weights rearranged the same way: the same sums, in another order. Four input
     channels leave GPU tensor cores mostly idle (cuDNN falls back to slow kernels); 4*s*s = 64 fit them."""
     (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
+    if kh % sh or kw % sw or conv.padding != (0, 0) or conv.dilation != (1, 1) or conv.groups != 1:
+        raise ValueError(f"conv_space_to_depth: kernel {conv.kernel_size} must be a multiple of stride {conv.stride}, "
+                         "without padding, dilation or groups")
     mh, mw = kh // sh, kw // sw
     b, c, h, w = x.shape
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1

@@ -281,6 +281,13 @@ def test_the_space_to_depth_convolution_is_the_same_function(hw: tuple[int, int]
         torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
 
 
+def test_space_to_depth_refuses_a_convolution_it_cannot_rearrange() -> None:
+    x = torch.rand(1, 4, 20, 20)
+    for conv in (torch.nn.Conv2d(4, 8, 5, stride=2), torch.nn.Conv2d(4, 8, 4, stride=2, padding=1)):
+        with pytest.raises(ValueError, match="multiple of stride"):
+            conv_space_to_depth(x, conv)
+
+
 def test_space_to_depth_is_a_switch_of_the_nature_torso_only() -> None:
     """auto is on with CUDA and off on a CPU; the parameters and their names stay (checkpoints load either
     way); the impala and MLP torsos have no such layer. The network computes the same Q-values either way."""
