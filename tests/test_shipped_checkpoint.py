@@ -1,4 +1,5 @@
-"""The checkpoint shipped in docs/checkpoints/mario-1-1-cpu still loads and plays with the current code.
+"""The checkpoints shipped in docs/checkpoints/ (mario-1-1-cpu, mario-1-2-cpu, ...) still load and play with the
+current code.
 
 It is loaded the way `python -m evaluate` loads it (every file checked against meta.json's sizes and
 sha256, the run config read from the checkpoint) and plays greedy steps on the real Mario emulator
@@ -18,15 +19,25 @@ import pytest
 from evaluate.evaluate import _build_policy, _load, play_episode
 from shared.env_factory import make_env
 
-SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "docs" / "checkpoints"
+SHIPPED = CHECKPOINTS / "mario-1-1-cpu"  # the 1-1 one: the modified-copy control below
+ALL_SHIPPED = sorted(p for p in CHECKPOINTS.iterdir() if (p / "checkpoint").is_dir())
 STEPS = 48  # agent steps (x4 emulator frames each): a couple of seconds per play
 
 
-def test_the_shipped_checkpoint_matches_its_recorded_sha256() -> None:
-    meta = json.loads((SHIPPED / "checkpoint" / "meta.json").read_text())
+def test_every_shipped_checkpoint_is_listed_here() -> None:
+    assert SHIPPED in ALL_SHIPPED and CHECKPOINTS / "mario-1-2-cpu" in ALL_SHIPPED
+    for shipped in ALL_SHIPPED:  # what the README's Levels table reads beside each one
+        prov = json.loads((shipped / "provenance.json").read_text())
+        assert {"training_minutes", "machine", "date", "commands"} <= set(prov), shipped.name
+
+
+@pytest.mark.parametrize("shipped", ALL_SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_checkpoint_matches_its_recorded_sha256(shipped: Path) -> None:
+    meta = json.loads((shipped / "checkpoint" / "meta.json").read_text())
     assert sorted(meta["files"]) == ["model.pt", "optimizer.pt", "rng.pt", "scaler.pt"]
     for name, info in meta["files"].items():
-        data = (SHIPPED / "checkpoint" / name).read_bytes()
+        data = (shipped / "checkpoint" / name).read_bytes()
         assert data[:40] != b"version https://git-lfs.github.com/spec/"[:40], f"{name} is a Git LFS pointer"
         assert (len(data), hashlib.sha256(data).hexdigest()) == (info["bytes"], info["sha256"]), name
 
@@ -50,14 +61,16 @@ def _greedy_play(data, cfg) -> tuple[list[int], int, int]:
         result = play_episode(env, policy, stack, 0, seed=0, max_steps=STEPS)
     finally:
         env.close()
-    assert result.steps == len(actions) and result.world == 1 and result.stage == 1
+    assert result.steps == len(actions) and f"SuperMarioBros-{result.world}-{result.stage}-v0" == cfg.env.env_id
     return actions, positions[0], positions[-1]
 
 
-def test_the_shipped_checkpoint_plays_the_same_valid_greedy_actions_twice() -> None:
-    data, cfg, run_dir = _load(SHIPPED)  # CheckpointError (EvalError) if any file's size or sha256 differs
-    assert run_dir == SHIPPED and data.path == SHIPPED / "checkpoint" and not data.has_replay
-    assert cfg.env.env_id == "SuperMarioBros-1-1-v0" and data.geometry["num_actions"] == 5
+@pytest.mark.parametrize("shipped", ALL_SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_checkpoint_plays_the_same_valid_greedy_actions_twice(shipped: Path) -> None:
+    data, cfg, run_dir = _load(shipped)  # CheckpointError (EvalError) if any file's size or sha256 differs
+    assert run_dir == shipped and data.path == shipped / "checkpoint" and not data.has_replay
+    level = shipped.name.removeprefix("mario-").removesuffix("-cpu")  # mario-1-2-cpu: trained on 1-2
+    assert cfg.env.env_id == f"SuperMarioBros-{level}-v0" and data.geometry["num_actions"] == 5
     first, x_start, x_end = _greedy_play(data, cfg)
     second, *_ = _greedy_play(data, cfg)
     assert len(first) == STEPS, "the greedy play ended before its steps (died or finished)"
