@@ -611,9 +611,10 @@ def test_curve_head_ignores_forged_summaries_and_stops_at_max_env_steps(tmp_path
         assert rows[-1]["rejected_by_reason"] == {**{r: 1 for r in A.CHUNK_ATTACKS.values()},
                                                   "too_many_collectors": flood["refusals"]}, rows[-1]
     # the collectors acted with published weights (not version 0 all along)
-    # (the lag counts collectors that delivered transitions: the silent fakes and forgers, live until reclaimed, are out)
-    real = [r for r in rows if r["updates"] > 500 and r["weight_lag"] is not None and r["weight_lag"] == r["weight_lag"]]
-    assert real and all(r["weight_lag"] is not None and r["weight_lag"] < r["updates"] / 2 for r in real[-3:]), \
+    # (the lag counts collectors that delivered transitions: the silent fakes and forgers, live until reclaimed, are
+    # out; metrics.jsonl writes a lag with no such collector, NaN, as null)
+    real = [r for r in rows if r["updates"] > 500 and r["weight_lag"] is not None]
+    assert real and all(r["weight_lag"] < r["updates"] / 2 for r in real[-3:]), \
         [(r["updates"], r["weight_lag"], r["collectors_alive"]) for r in rows[-5:]]
     report.update(check_final_artifacts(head, before))
     report.update(done=done[-1], forged_before_any_episode=report["forged_at"].get("episodes", 0) == 0)
