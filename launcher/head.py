@@ -160,6 +160,8 @@ class Head:
             gate=self.limiter,
         )
         self._parts.append(self.consolidation)
+        # the ingest thread writes into a device replay: it pauses while the learner records a CUDA graph
+        self.learner.capture_guard = self.consolidation.writes_paused
         self.consolidation.start()
         if self.inprocess:
             self.supervisor: Collectors = ThreadCollectors(cfg.collectors.count, self.ctx,

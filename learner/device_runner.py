@@ -14,11 +14,19 @@ broadcasts see what the step wrote.
   step is then recorded once as a `torch.cuda.CUDAGraph` over the real, static tensors, and every
   update is one replay of that graph: no kernel launches from the host. Drains and uniform refills
   copy into those same tensors between replays.
+
+While a graph is being recorded no other thread may touch the GPU: a copy or kernel launched meanwhile
+(the head's ingest thread writing frames into a device replay) invalidates the capture. The runner
+records inside `capture_guard()`, which the owner of such a thread supplies (the head: its writer's
+pause); compiling and warming up run outside it, beside the writer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import fields, replace
 from typing import Any
 
@@ -30,6 +38,8 @@ from learner.dqn import Munchausen
 from learner.precision import PrecisionPolicy
 
 STEP_MODES = ("eager", "device", "captured")
+
+CaptureGuard = Callable[[], AbstractContextManager[Any]]  # entered around recording a CUDA graph
 
 
 def adam_state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> tuple[list, list, list, dict]:
@@ -133,12 +143,13 @@ class DeviceRunner:
     """Runs `device_update` on a bound state in the chosen mode (see the module docstring)."""
 
     def __init__(self, cfg: StepConfig, state: StepState, online: nn.Module, target: nn.Module, mode: str,
-                 autotune: bool = False) -> None:
+                 autotune: bool = False, capture_guard: CaptureGuard = contextlib.nullcontext) -> None:
         if mode not in ("device", "captured"):
             raise ValueError(f"DeviceRunner mode={mode!r}: allowed device, captured")
         if autotune and mode != "captured":
             raise ValueError(f"DeviceRunner autotune: only the captured mode compiles (mode={mode!r})")
         self.cfg, self.state, self.online, self.target, self.mode = cfg, state, online, target, mode
+        self.capture_guard = capture_guard
         self.cuda = state.params[0].device.type == "cuda"
         # inductor's mode: autotune times kernel choices at compile time; "-no-cudagraphs" because the
         # runner records the one graph itself (prepare)
@@ -163,7 +174,7 @@ class DeviceRunner:
                     self._fn(self.cfg, scratch, self.online, self.target)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with self.capture_guard(), torch.cuda.graph(graph):  # no other thread's GPU work meanwhile
                 self._fn(self.cfg, self.state, self.online, self.target)
             self._graph = graph
             torch.cuda.synchronize()

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from learner.device_runner import DeviceRunner, bind_state, step_config
+from learner.device_runner import CaptureGuard, DeviceRunner, bind_state, step_config
 from learner.precision import PrecisionPolicy
 from replay.device_ring import DeviceRing
 
@@ -36,7 +36,7 @@ class DeviceSource:
     def __init__(self, *, replay: Any, device: torch.device, lc: Any, replay_config: Any, stack: int,
                  online: torch.nn.Module, target: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
                  policy: PrecisionPolicy, channels_last: bool, meter_sums: torch.Tensor, skipped: torch.Tensor,
-                 updates: int, mode: str) -> None:
+                 updates: int, mode: str, capture_guard: CaptureGuard = contextlib.nullcontext) -> None:
         if not all(hasattr(replay, name) for name in ("storage", "_reader", "_writer")):
             raise ValueError(f"learner.step_mode={mode}: needs the project's ReplayBuffer, got {type(replay).__name__}")
         batch = lc.batch_size * lc.grad_accum_steps
@@ -45,7 +45,8 @@ class DeviceSource:
         self.state = self._bind(updates)
         cfg = step_config(lc, replay_config, policy, scaler, optimizer.param_groups[0], stack=stack,
                           prioritized=self.ring.prioritized, channels_last=channels_last, uniform_rows=UNIFORM_ROWS)
-        self.runner = DeviceRunner(cfg, self.state, online, target, mode, autotune=bool(lc.step_autotune))
+        self.runner = DeviceRunner(cfg, self.state, online, target, mode, autotune=bool(lc.step_autotune),
+                                   capture_guard=capture_guard)
         self.batch = batch
         self._expected_updates = int(updates)
         self.wait_s = 0.0  # host time spent mirroring the replay's new data onto the device

@@ -25,6 +25,7 @@ never handed to `on_weights` (a refused broadcast is counted) nor written to a c
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -38,6 +39,7 @@ import torch
 
 from learner import checkpoint as ckpt
 from learner.checkpoint_checks import check_learner_state, check_state_dict
+from learner.device_runner import CaptureGuard
 from learner.device_source import DeviceSource
 from learner.dqn import make_optimizer, sync_target
 from learner.metering import UpdateMeter
@@ -159,6 +161,9 @@ class Learner:
             self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
             self.compile_error, self.compile_s = result.error, result.seconds
         self._source: SyncSource | PrefetchSource | DeviceSource | None = None
+        # entered around recording the captured step's CUDA graph; whoever runs another thread that writes to
+        # this device (the head's ingest) sets it to that thread's pause before the first update
+        self.capture_guard: CaptureGuard = contextlib.nullcontext
         self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
         # periodic resets (learner/resets.py): fresh draws seeded from the seed torch was given before this learner
@@ -293,7 +298,7 @@ class Learner:
                     stack=self.geometry["stack"], online=self.online, target=self.target, optimizer=self.optimizer,
                     scaler=self.scaler, policy=self.precision, channels_last=self.channels_last,
                     meter_sums=self.meter.device_sums, skipped=self._skipped_dev, updates=self.updates,
-                    mode=self.lc.step_mode)
+                    mode=self.lc.step_mode, capture_guard=self.capture_guard)
                 self._device_skip = True  # skips are counted on the device: stats() reads them with the meter
                 self.compile_s, self.compiled = self._source.prepare(), self.lc.step_mode == "captured"
             elif self.lc.prefetch:

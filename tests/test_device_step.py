@@ -485,6 +485,8 @@ def test_a_head_trains_with_the_device_step_checkpoints_and_resumes(tmp_path, de
     cfg = replace(base, learner=replace(base.learner, device=device, step_mode=mode))
     first = Head(cfg, tmp_path / "run")
     try:
+        # the ingest thread writes into the replay while the learner trains: it pauses while a graph is recorded
+        assert first.learner.capture_guard == first.consolidation.writes_paused
         summary = first.run(StopAt(env_steps=6_000), threading.Event())
         assert isinstance(first.learner._source, DeviceSource)
     finally:
