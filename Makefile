@@ -144,7 +144,8 @@ wheelhouse: install
 NUMPY ?=
 NES_PY9_WHEELS ?= pyzmq==27.3.0 gymnasium==1.4.0 farama-notifications==0.0.6 cloudpickle==3.1.3
 wheelhouse-nes-py9:
-	@test "$(PY_TAG)" = 312 || { echo "error: wheelhouse-nes-py9 builds for Python 3.12 (PYTHON=python3.12), not $(PYTHON)" >&2; exit 2; }
+	@test -n "$(PY_TAG)" || { echo "error: PYTHON=$(PYTHON) does not run (a pyenv shim of a version not selected? give the interpreter's path)" >&2; exit 2; }
+	@test "$(PY_TAG)" = 312 || { echo "error: wheelhouse-nes-py9 builds for Python 3.12, and PYTHON=$(PYTHON) has the version tag $(PY_TAG)" >&2; exit 2; }
 	@test -n "$(NUMPY)" || { echo "usage: make wheelhouse-nes-py9 PYTHON=python3.12 NUMPY=<the machine's numpy version>" >&2; exit 2; }
 	@mkdir -p $(WHEELHOUSE)
 	set -e; build=$$(mktemp -d); trap 'rm -rf "$$build"' EXIT; \
