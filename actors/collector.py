@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from actors.action_repeat import ActionRepeat
 from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
@@ -81,6 +82,9 @@ class Collector:
         self.weight_version = 0
         base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)
+        c = config.collectors
+        self.repeat = (ActionRepeat(k, c.explore_repeat_mu, c.explore_repeat_max, self.rng)
+                       if c.explore_repeat_mu > 0 else None)  # ez-greedy; None: plain epsilon-greedy
         r = config.replay
         self.recorders = [StreamRecorder(i, self.stack, r.n_step, r.gamma, config.collectors.chunk_steps,
                                          self.num_actions) for i in range(k)]
@@ -144,7 +148,11 @@ class Collector:
                     return False
         greedy = q.argmax(axis=1)
         explore = self.rng.random(len(self.envs)) < self.current_epsilon()
-        actions = np.where(explore, self.rng.integers(0, self.num_actions, size=len(self.envs)), greedy)
+        random_actions = self.rng.integers(0, self.num_actions, size=len(self.envs))
+        if self.repeat is None:
+            actions = np.where(explore, random_actions, greedy)
+        else:
+            actions = self.repeat.actions(explore, random_actions, greedy)
         truncated_finals: list[tuple[int, int, np.ndarray]] = []
         env_s = 0.0
         for i, env in enumerate(self.envs):
@@ -175,6 +183,8 @@ class Collector:
                 obs, _ = env.reset()  # after a lost life: the same game goes on
                 env_s += time.perf_counter() - t0
                 self._begin(i, obs, new_episode=not continues)
+                if self.repeat is not None:
+                    self.repeat.end_episode(i)
         if truncated_finals:  # the bootstrap Q of a truncated episode's final observation
             q_final = self._q(np.stack([s for _, _, s in truncated_finals]))
             for (i, index, _), row in zip(truncated_finals, q_final, strict=True):

@@ -89,6 +89,11 @@ class CollectorConfig:
     # >0: every collector starts fully random and anneals linearly to its Ape-X epsilon over this many
     # learner updates (read from the weight version, so restarts and remote collectors agree); 0 = fixed
     eps_decay_updates: int = 0
+    # >0: temporally extended epsilon-greedy (ez-greedy, Dabney et al. 2021): an exploratory step holds its random
+    # action for n steps, P(n) ~ n ** -mu (the paper's mu = 2), n <= explore_repeat_max; 0 = plain epsilon-greedy.
+    # Tries behaviours one-step exploration almost never does (a jump held long enough to climb a high step)
+    explore_repeat_mu: float = 0.0
+    explore_repeat_max: int = 100  # the longest hold, in agent steps (the zeta tail is heavy: n can be huge)
     heartbeat_s: float = 1.0  # heartbeat period: lower = faster stall detection, more messages
     send_hwm: int = 16  # ZeroMQ high-water mark (messages) before a slow learner blocks the collector
     torch_threads: int = 1  # torch threads per collector; >1 fights the emulator for cores

@@ -183,6 +183,9 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
     _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
     _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
+    if c.explore_repeat_mu != 0:  # 0 = off; on, the zeta distribution needs mu > 1
+        _float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
+    _int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
     _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
     _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
     _int_range("collectors.torch_threads", c.torch_threads, 1, 256)

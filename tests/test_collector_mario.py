@@ -22,7 +22,9 @@ def test_mario_collector_fills_buffer_with_real_frames() -> None:
     from tests.local_head import LocalHead
     from tests.test_collector_integration import launch
 
-    cfg = replace(Config(), env=EnvConfig(), collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
+    # ez-greedy on (collectors.explore_repeat_mu travels in the WELCOME): held exploratory actions on the real emulator
+    cfg = replace(Config(), env=EnvConfig(),
+                  collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16, explore_repeat_mu=2.0),
                   replay=ReplayConfig(capacity=4096), learner=LearnerConfig(hidden=64),
                   transport=TransportConfig(head_timeout_s=10.0))
     spec = env_factory.env_spec(cfg.env)

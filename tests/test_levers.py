@@ -240,6 +240,8 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.quantiles=8", "learner.munchausen_alpha=0", "learner.target_epsilon=0.05"],
      ["learner.target_epsilon=0.05", "learner.quantiles=8"]),
     (["learner.noisy_sigma=0.5", "learner.step_mode=device"], ["learner.step_mode='device'", "learner.noisy_sigma"]),
+    (["collectors.explore_repeat_mu=1"], ["collectors.explore_repeat_mu=1.0", "(1.0, 100.0]"]),
+    (["collectors.explore_repeat_max=0"], ["collectors.explore_repeat_max=0", "[1, 100000]"]),
 ])
 def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
