@@ -24,7 +24,6 @@ def runs_of(actions: np.ndarray) -> list[int]:
 def test_an_exploratory_draw_holds_its_action_and_greedy_resumes_after() -> None:
     rng = np.random.default_rng(0)
     rep = ActionRepeat(2, mu=2.0, max_steps=5, rng=rng)
-    rep.left[:] = 0
     out = rep.actions(np.array([True, False]), np.array([3, 2]), np.array([0, 0]))
     assert out.tolist()[1] == 0 and out[0] == 3  # stream 1 did not explore: greedy
     held = int(rep.left[0]) + 1  # this step and what is left
@@ -32,9 +31,10 @@ def test_an_exploratory_draw_holds_its_action_and_greedy_resumes_after() -> None
     for _ in range(held - 1):  # the hold ignores the draws and the network until it ends
         assert rep.actions(np.array([False, False]), np.array([1, 1]), np.array([0, 0]))[0] == 3
     assert rep.actions(np.array([False, False]), np.array([1, 1]), np.array([0, 0]))[0] == 0
-    rep.actions(np.array([True, True]), np.array([2, 2]), np.array([0, 0]))
+    rep.action[0], rep.left[0] = 2, 3  # a hold in progress when the episode ends
     rep.end_episode(0)
     assert rep.left[0] == 0
+    assert rep.actions(np.array([False, False]), np.array([1, 1]), np.array([0, 0]))[0] == 0  # not held into it
 
 
 def test_hold_lengths_follow_the_capped_zeta_distribution() -> None:
