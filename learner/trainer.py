@@ -161,8 +161,8 @@ class Learner:
             self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
             self.compile_error, self.compile_s = result.error, result.seconds
         self._source: SyncSource | PrefetchSource | DeviceSource | None = None
-        # entered around recording the captured step's CUDA graph; whoever runs another thread that writes to
-        # this device (the head's ingest) sets it to that thread's pause before the first update
+        # entered around recording the captured step's CUDA graph (read at each recording, e.g. after a resume);
+        # whoever runs another thread that writes to this device (the head's ingest) sets it to that thread's pause
         self.capture_guard: CaptureGuard = contextlib.nullcontext
         self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
@@ -298,7 +298,7 @@ class Learner:
                     stack=self.geometry["stack"], online=self.online, target=self.target, optimizer=self.optimizer,
                     scaler=self.scaler, policy=self.precision, channels_last=self.channels_last,
                     meter_sums=self.meter.device_sums, skipped=self._skipped_dev, updates=self.updates,
-                    mode=self.lc.step_mode, capture_guard=self.capture_guard)
+                    mode=self.lc.step_mode, capture_guard=lambda: self.capture_guard())  # read when recording
                 self._device_skip = True  # skips are counted on the device: stats() reads them with the meter
                 self.compile_s, self.compiled = self._source.prepare(), self.lc.step_mode == "captured"
             elif self.lc.prefetch:
