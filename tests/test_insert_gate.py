@@ -58,6 +58,7 @@ def test_gate_serves_collectors_fairly_and_never_kills_them(tmp_path, credits: i
     head = Head(gated_config(credits), tmp_path / "run")
     lags: list[int] = []
     waiting_seen = 0
+    at_first_gate: dict[int, int] | None = None  # transitions by slot when the gate first held a chunk back
     summary: dict = {}
     stop = threading.Event()
 
@@ -71,6 +72,8 @@ def test_gate_serves_collectors_fairly_and_never_kills_them(tmp_path, credits: i
             time.sleep(0.5)
             stats = head.consolidation.stats()
             live = list(stats.collectors.values())
+            if at_first_gate is None and head.consolidation.gated_rounds > 0:
+                at_first_gate = dict(stats.transitions_by_slot)
             waiting_seen += sum(bool(c["waiting"]) for c in live)
             if head.learner.updates > 50 and len(live) == 2:
                 lags.append(head.learner.updates - min(c["weight_version"] for c in live))
@@ -81,17 +84,20 @@ def test_gate_serves_collectors_fairly_and_never_kills_them(tmp_path, credits: i
         stats = head.consolidation.stats()
     finally:
         head.close()
-    print(f"credits={credits}: {summary}; by slot {stats.transitions_by_slot}; gated rounds "
+    print(f"credits={credits}: {summary}; by slot {stats.transitions_by_slot} ({at_first_gate} when the gate first shut); gated rounds "
           f"{head.consolidation.gated_rounds}; lag max {max(lags, default=-1)}; waiting samples {waiting_seen}")
     assert summary["reason"] == "signal", summary  # the counts below were reached before the deadline
     assert summary["updates"] >= MIN_UPDATES, summary  # the learner ran, and throttled the collectors for most of the run
     assert head.consolidation.gated_rounds > MIN_GATED_ROUNDS and waiting_seen > 0
     assert summary["restarts"] == 0 and head.supervisor.stall_kills == 0, "flow control was taken for a stall"
     assert stats.registrations == 2 and stats.reclaimed == 0
-    by_slot = [stats.transitions_by_slot.get(slot, 0) for slot in (0, 1)]
+    # fairness is the gate's over the gated part of the run: the ungated warm-up before it goes to whichever
+    # collector got more CPU, which on a loaded machine is most of a short run's imbalance
+    assert at_first_gate is not None
+    by_slot = [stats.transitions_by_slot.get(slot, 0) - at_first_gate.get(slot, 0) for slot in (0, 1)]
     # a fair gate on a loaded 2-core machine still meets collectors that got unequal CPU (up to ~2x measured);
     # a gate that favours one collector starves the other far beyond 3x
-    assert min(by_slot) > 0 and max(by_slot) <= 3 * min(by_slot), f"unfair service: {by_slot}"
+    assert min(by_slot) > 0 and max(by_slot) <= 3 * min(by_slot), f"unfair service since the gate shut: {by_slot}"
     # lag: what sits in flight when the gate is shut, in updates. Credits bound it to a few chunks per collector;
     # without them the high-water marks (16 + 64 messages of 8-transition chunks) hold more
     bound = 150 if credits else 600
