@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import statistics
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluate.plots import periodic_evals, pyplot, read_metrics, save_figure
+from shared.values import is_finite_number
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -52,10 +52,6 @@ def run_evals(run_dir: Path) -> list[dict[str, Any]]:
     return periodic_evals(metrics, read_metrics(metrics)) if metrics.is_file() else []
 
 
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def recorded_seeds(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
     """(label, run, evaluations) of each seed in a JSON written by `--json`; ValueError naming what is wrong."""
     try:
@@ -66,7 +62,7 @@ def recorded_seeds(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
         out = []
         for label, seed in zip(labels, seeds, strict=True):
             evals = [{k: e[k] for k in EVAL_FIELDS} for e in seed["evaluations"]]
-            if not all(_finite_number(e[k]) for e in evals for k in EVAL_FIELDS):
+            if not all(is_finite_number(e[k]) for e in evals for k in EVAL_FIELDS):
                 raise ValueError(f"seed {label!r}: an evaluation field is not a finite number")
             out.append((str(label), str(seed["run"]), evals))
         return out

@@ -9,7 +9,6 @@ non-finite weights). `learner/checkpoint.py` does the reading and writing.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 import torch
+
+from shared.values import is_finite_number, is_int
 
 
 class CheckpointError(RuntimeError):
@@ -65,10 +66,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tuple[str, ...],
                replay_dir: str) -> None:
     """Every field load_checkpoint and the learner read has the type they expect (CheckpointError naming it)."""
@@ -89,17 +86,17 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
     quantiles = meta["geometry"].get("quantiles", 0)
     if not isinstance(meta["geometry"].get("noisy", False), bool):
         bad("geometry.noisy", meta["geometry"]["noisy"], "true or false (NoisyNet head layers)")
-    if not isinstance(quantiles, int) or isinstance(quantiles, bool) or quantiles < 0:
+    if not is_int(quantiles) or quantiles < 0:
         bad("geometry.quantiles", quantiles, "a non-negative integer (0: one value per action)")
     if not isinstance(encoder, str):
         bad("geometry.encoder", encoder, "an encoder name such as 'nature' or 'impala'")
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+    if not is_int(width) or width < 1:
         bad("geometry.encoder_width", width, "a positive integer")
     counters = meta["counters"]
     if not isinstance(counters, dict):
         bad("counters", counters, "an object of counter name -> number")
     for key, value in counters.items():
-        if not _is_number(value) or not math.isfinite(value):
+        if not is_finite_number(value):
             bad(f"counters.{key}", value, "a finite number")
     files = meta["files"]
     if not isinstance(files, dict):
@@ -112,7 +109,7 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
         if not isinstance(info, dict):
             bad(f"files[{name!r}]", info, "an object {\"bytes\": int, \"sha256\": str}")
         size, digest = info.get("bytes"), info.get("sha256")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        if not is_int(size) or size < 0:
             bad(f"files[{name!r}].bytes", size, "a non-negative integer")
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             bad(f"files[{name!r}].sha256", digest, "64 lowercase hex digits")
@@ -126,7 +123,7 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
     if rng.get("python") is not None:
         try:
             version, state, gauss = rng["python"]
-            if gauss is not None and not _is_number(gauss):
+            if gauss is not None and not is_finite_number(gauss):
                 raise TypeError("gauss")
             random.Random().setstate((int(version), tuple(int(x) for x in state), gauss))
         except (TypeError, ValueError, OverflowError):
@@ -213,7 +210,7 @@ def check_scaler_state(scaler_state: Any, use_scaler: bool, where: str) -> None:
         return  # ignored: no scaler here, or none was saved
     for key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
         value = scaler_state.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        if not is_finite_number(value):
             raise CheckpointError(f"{where}: {key}={value!r} is not a finite number")
 
 
@@ -239,6 +236,6 @@ def check_learner_state(state: Any, online: Mapping[str, torch.Tensor], target: 
     if not isinstance(c, Mapping):
         raise CheckpointError(f"{where}: counters is not a dict")
     bad_counter = next((k for k, v in c.items()
-                        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)), None)
+                        if not is_finite_number(v)), None)
     if bad_counter is not None:
         raise CheckpointError(f"{where}: counters[{bad_counter!r}] is not a finite number")

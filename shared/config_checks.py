@@ -26,6 +26,7 @@ from shared.config import (
 )
 from shared.env_spec import EnvSpec
 from shared.sizes import available_memory_bytes, next_pow2
+from shared.values import is_finite_number, is_int
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -33,13 +34,12 @@ def _fail(name: str, value: Any, allowed: str) -> None:
 
 
 def _int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+    if not is_int(value) or value < lo or (hi is not None and value > hi):
         _fail(name, value, f"an integer in [{lo}, {hi if hi is not None else 'inf'}]")
 
 
 def _float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)  # NaN, inf fail
-    ok = ok and (value > lo if lo_open else value >= lo) and value <= hi
+    ok = is_finite_number(value) and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
         _fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
 

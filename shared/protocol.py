@@ -21,6 +21,7 @@ import numpy as np
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.env_bounds import UNKNOWN_BOUND
 from shared.env_spec import EnvSpec
+from shared.values import is_int
 
 MAGIC = b"MAPX"
 VERSION = 3  # 3: data sockets are ROUTER (head) <- DEALER with the WELCOME's routing id; 2: DEALER <-> DEALER
@@ -290,7 +291,7 @@ def validate_hello(payload: Any) -> dict[str, Any]:
         out[key] = value
     for key, default, lo in (("pid", 0, 0), ("slot", -1, -1), ("envs", 0, 0)):
         value = payload.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= MAX_HELLO_INT:
+        if not is_int(value) or not lo <= value <= MAX_HELLO_INT:
             shown = repr(value) if isinstance(value, (int, float, bool)) else type(value).__name__
             raise ProtocolError("bad_hello", f"{key}={shown[:40]}, allowed an integer in [{lo}, {MAX_HELLO_INT}]")
         out[key] = value
