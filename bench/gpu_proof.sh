@@ -22,6 +22,11 @@
 #   EXPORT=1: each run keeps an evaluation-only copy of its best weights (python -m evaluate.export), e.g. to
 #   train another level on the GPU and evaluate it here: RUN_SETS="env.env_id=SuperMarioBros-1-2-v0" EXPORT=1
 #   COMMIT=<hash>: where the copy of the repository has no .git
+#   RUN_KEEP=runs/gpu_segments: a run longer than one call, in segments: each run's folder (its checkpoint with
+#   the replay) lives under RUN_KEEP, a git-ignored path the machine keeps between calls while it stays
+#   warm, and a later call with the same RUN_KEEP and RUN_TAG goes on from it (--resume); the output folder
+#   gets each segment's log, metrics and evaluations, e.g. two calls of
+#   STEPS=runs RUN_MODES=captured RUN_KEEP=runs/gpu_segments RUN_SECONDS=420 RUN_SETS="logging.eval_every_s=120"
 # 4. (step `levels`, only when asked) other levels trained side by side, one head per level in LEVELS, each
 #    with its share of the collectors (the box's cores less 2, split evenly), the captured step, and an
 #    evaluation-only copy of its best weights to ship and evaluate here:
@@ -40,6 +45,7 @@ RUN_WARMUP=${RUN_WARMUP:-20000}
 RUN_SETS=${RUN_SETS:-}  # more --set overrides for the runs, e.g. "logging.eval_every_s=120 learner.batch_size=64"
 RUN_ARGS=${RUN_ARGS:-}  # more launcher arguments for the runs, e.g. "--seed 1" or "--env SuperMarioBros-1-2-v0"
 RUN_TAG=${RUN_TAG:-}  # appended to each run's name (run_<mode><tag>): a second call's runs beside the first's
+RUN_KEEP=${RUN_KEEP:-}  # non-empty: runs live under this folder and a later call resumes them (see above)
 EXPORT=${EXPORT:-}  # non-empty: keep an evaluation-only copy of each run's best weights in run_<mode>/export/
 LEVELS=${LEVELS:-"1-2 1-3 1-4"}  # the levels step's World-Stage pairs, trained side by side
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
@@ -90,11 +96,12 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME
     pack
 }
 
-export_best() {  # export_best NAME: an evaluation-only copy (~13 MB) of OUT/NAME's best/, else of its final checkpoint
-    local run=$OUT/$1
+export_best() {  # export_best NAME [RUN]: an evaluation-only copy (~13 MB) of RUN's best/, else of its final
+    # checkpoint (RUN: OUT/NAME unless given), written to OUT/NAME/export
+    local run=${2:-$OUT/$1}
     local src=$run/best
     [ -d "$src" ] || src=$run
-    "$PY" -m evaluate.export "$src" "$run/export" >> "$OUT/$1.log" 2>&1 || echo "$1: export failed" >> "$SUMMARY"
+    "$PY" -m evaluate.export "$src" "$OUT/$1/export" >> "$OUT/$1.log" 2>&1 || echo "$1: export failed" >> "$SUMMARY"
 }
 
 pack() {  # the output folder into ARCHIVE, when asked
@@ -118,21 +125,36 @@ bench() {
 runs() {
     for mode in $RUN_MODES; do
         local name=run_$mode$RUN_TAG
-        local run=$OUT/$name
-        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$run.smi.csv" 2>&1 &
+        local run=$OUT/$name sets=() resume=() segment=
+        if [ -n "$RUN_KEEP" ]; then
+            run=$RUN_KEEP/$name
+            mkdir -p "$run"
+            # the segment's number: how many segments this run's folder has seen, this one included
+            segment=_seg$(( $(find "$run" -maxdepth 1 -name 'segment_*' | wc -l) + 1 ))
+            if [ -f "$run/checkpoint/meta.json" ]; then resume=(--resume "$run"); fi
+            touch "$run/segment_${segment#_seg}"
+            sets+=(--set learner.save_replay=true)  # the next segment goes on with the replay it had
+        fi
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 \
+            > "$OUT/$name$segment.smi.csv" 2>&1 &
         local smi=$!
-        local sets=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
+        sets+=(--set logging.interval_s=10 --set "learner.warmup_transitions=$RUN_WARMUP")
         # the captured and device steps compile themselves; eager compiles the networks (CUDA graphs over them)
         sets+=(--set "learner.step_mode=$mode")
         if [ "$mode" = eager ]; then sets+=(--set learner.compile_mode=reduce-overhead); else sets+=(--set learner.compile_mode=off); fi
         for kv in $RUN_SETS; do sets+=(--set "$kv"); done
         # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
-        step "$name" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
-            --run-dir "$run" "${sets[@]}" $RUN_ARGS
+        step "$name$segment" $((RUN_SECONDS + 110)) "$PY" -m launcher --profile auto --max-seconds "$RUN_SECONDS" \
+            --run-dir "$run" "${sets[@]}" "${resume[@]}" $RUN_ARGS
         kill "$smi" 2>/dev/null
         wait "$smi" 2>/dev/null
-        if [ -n "$EXPORT" ]; then export_best "$name"; fi
-        rm -rf "$run/checkpoint" "$run/best"  # weights and replay are large; metrics, logs and config stay
+        if [ -n "$RUN_KEEP" ]; then
+            # what the run has written so far, without its weights and replay (kept for the next segment)
+            mkdir -p "$OUT/$name"
+            tar cf - -C "$run" --exclude=./checkpoint --exclude=./best . | tar xf - -C "$OUT/$name"
+        fi
+        if [ -n "$EXPORT" ]; then export_best "$name" "$run"; fi
+        if [ -z "$RUN_KEEP" ]; then rm -rf "$run/checkpoint" "$run/best"; fi  # weights and replay are large
         pack
     done
 }
