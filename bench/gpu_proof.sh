@@ -31,7 +31,7 @@
 #    with its share of the collectors (the box's cores less 2, split evenly), the captured step, and an
 #    evaluation-only copy of its best weights to ship and evaluate here:
 #   STEPS=levels LEVELS="1-2 1-3" RUN_SECONDS=420 RUN_SETS="logging.eval_every_s=60" bash bench/gpu_proof.sh
-# Each step has its own time limit (the defaults' sum, 1,490 s, keeps the whole under 25 minutes); a
+# Each step has its own time limit (the defaults' sum, 1,340 s, keeps the whole under 25 minutes); a
 # failed or timed-out step is recorded in summary.txt and the next one runs.
 set -u -o pipefail
 
@@ -163,7 +163,7 @@ runs() {
 levels() {
     local count share
     count=$(wc -w <<< "$LEVELS")
-    share=$(( ($(nproc) - 2) / count ))
+    share=$(( ($(nproc --all) - 2) / count ))  # --all: OMP_NUM_THREADS=1 makes plain nproc say 1
     [ "$share" -ge 1 ] || share=1
     local pids=()
     for level in $LEVELS; do
