@@ -15,5 +15,10 @@ def is_int(value: Any) -> bool:
 
 
 def is_finite_number(value: Any) -> bool:
-    """An int or float, not a bool, neither NaN nor infinite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """An int or float, not a bool, neither NaN nor infinite, within a float's range (JSON can hold 10**400)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large to convert to a float
+        return False
