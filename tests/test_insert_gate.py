@@ -84,8 +84,9 @@ def test_gate_serves_collectors_fairly_and_never_kills_them(tmp_path, credits: i
         stats = head.consolidation.stats()
     finally:
         head.close()
-    print(f"credits={credits}: {summary}; by slot {stats.transitions_by_slot} ({at_first_gate} when the gate first shut); gated rounds "
-          f"{head.consolidation.gated_rounds}; lag max {max(lags, default=-1)}; waiting samples {waiting_seen}")
+    print(f"credits={credits}: {summary}; by slot {stats.transitions_by_slot} ({at_first_gate} when the gate first "
+          f"shut); gated rounds {head.consolidation.gated_rounds}; lag max {max(lags, default=-1)}; waiting samples "
+          f"{waiting_seen}")
     assert summary["reason"] == "signal", summary  # the counts below were reached before the deadline
     assert summary["updates"] >= MIN_UPDATES, summary  # the learner ran, and throttled the collectors for most of the run
     assert head.consolidation.gated_rounds > MIN_GATED_ROUNDS and waiting_seen > 0

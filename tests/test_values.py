@@ -17,7 +17,7 @@ def test_is_int(value, expected) -> None:
 
 
 @pytest.mark.parametrize("value, expected", [(0, True), (2.5, True), (-1e300, True), (np.float64(0.5), True),
-                                             (True, False), (math.nan, False), (math.inf, False), (-math.inf, False), (10**400, False),
-                                             ("1.0", False), (None, False), ([1.0], False)])
+                                             (True, False), (math.nan, False), (math.inf, False), (-math.inf, False),
+                                             (10**400, False), ("1.0", False), (None, False), ([1.0], False)])
 def test_is_finite_number(value, expected) -> None:
     assert is_finite_number(value) is expected
