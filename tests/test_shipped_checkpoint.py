@@ -1,5 +1,5 @@
-"""The checkpoints shipped in docs/checkpoints/ (mario-1-1-cpu, mario-1-2-cpu, mario-1-4-cpu) still load and play with the
-current code.
+"""The checkpoints shipped in docs/checkpoints/ (mario-1-1-cpu, mario-1-2-cpu, mario-1-3-cpu, mario-1-4-cpu) still load
+and play with the current code.
 
 It is loaded the way `python -m evaluate` loads it (every file checked against meta.json's sizes and
 sha256, the run config read from the checkpoint) and plays greedy steps on the real Mario emulator
@@ -26,7 +26,8 @@ STEPS = 48  # agent steps (x4 emulator frames each): a couple of seconds per pla
 
 
 def test_every_shipped_checkpoint_is_listed_here() -> None:
-    assert SHIPPED in ALL_SHIPPED and {CHECKPOINTS / "mario-1-2-cpu", CHECKPOINTS / "mario-1-4-cpu"} <= set(ALL_SHIPPED)
+    levels = {CHECKPOINTS / f"mario-1-{stage}-cpu" for stage in (2, 3, 4)}
+    assert SHIPPED in ALL_SHIPPED and levels <= set(ALL_SHIPPED)
     for shipped in ALL_SHIPPED:  # what the README's Levels table reads beside each one
         prov = json.loads((shipped / "provenance.json").read_text())
         assert {"training_minutes", "machine", "date", "commands"} <= set(prov), shipped.name
