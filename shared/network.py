@@ -13,6 +13,7 @@ learns (`reset_noise`), switched off for evaluation (`set_noise(False)`: the mea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,6 +22,21 @@ from shared.config import ENCODERS, LearnerConfig
 from shared.env_spec import EnvSpec, is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 
 NOISY_SIGMA0 = 0.5  # the NoisyNet paper's factorized sigma0: what rebuilding a checkpoint's network for loading uses
+
+
+class _NoisyWeight(torch.autograd.Function):
+    """mu + sigma * outer in one pass, whose backward is one product: d mu = g, d sigma = g * outer (autograd's own
+    addcmul backward also multiplies `outer` by its scalar factor, a third pass over the out x in weight)."""
+
+    @staticmethod
+    def forward(ctx: Any, mu: torch.Tensor, sigma: torch.Tensor, outer: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(outer)
+        return torch.addcmul(mu, sigma, outer)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        (outer,) = ctx.saved_tensors
+        return (grad if ctx.needs_input_grad[0] else None, grad * outer if ctx.needs_input_grad[1] else None, None)
 
 
 class NoisyLinear(nn.Module):
@@ -61,8 +77,16 @@ class NoisyLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.noise:
             return nn.functional.linear(x, self.weight_mu, self.bias_mu)
-        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
-        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+        bias = self.bias_mu + self.bias_sigma * self.eps_out
+        if torch.is_grad_enabled() and (self.weight_mu.requires_grad or self.weight_sigma.requires_grad):
+            # Learning: the noisy weight in one pass, its backward one product (_NoisyWeight).
+            weight = _NoisyWeight.apply(self.weight_mu, self.weight_sigma, torch.outer(self.eps_out, self.eps_in))
+            return nn.functional.linear(x, weight, bias)
+        # Acting and targets: never form the out x in weight. (sigma * eps_out eps_in^T) x is
+        # eps_out * (sigma (eps_in * x)): a second matrix product reading sigma once, which at a collector's
+        # batch of a few stacks costs a fraction of building the weight.
+        return nn.functional.linear(x, self.weight_mu, bias) + self.eps_out * nn.functional.linear(x * self.eps_in,
+                                                                                                    self.weight_sigma)
 
 
 class DuelingHead(nn.Module):

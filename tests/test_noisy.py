@@ -49,6 +49,31 @@ def test_the_layer_is_mu_plus_sigma_times_factorized_noise_and_its_mean_without_
         NoisyLinear(2, 2, sigma0=0.0)
 
 
+def test_acting_without_a_graph_and_learning_with_one_compute_the_same_layer_and_its_gradients() -> None:
+    """Without a graph the layer never forms the noisy weight (eps_out * sigma (eps_in * x)); with one it forms it in
+    one pass and backs it with one product: the outputs and the gradients are the textbook formula's."""
+    torch.manual_seed(3)
+    layer = NoisyLinear(40, 7, sigma0=0.5)
+    with torch.no_grad():
+        layer.weight_sigma.uniform_(0.05, 0.3)
+    x = torch.randn(5, 40, dtype=torch.float64)
+    layer.double().reset_noise()
+    weight = layer.weight_mu + layer.weight_sigma * torch.outer(layer.eps_out, layer.eps_in)
+    reference = F.linear(x, weight, layer.bias_mu + layer.bias_sigma * layer.eps_out)
+    grads = torch.autograd.grad(reference.square().sum(), [layer.weight_mu, layer.weight_sigma, layer.bias_sigma])
+    out = layer(x)
+    torch.testing.assert_close(out, reference)
+    torch.testing.assert_close(torch.autograd.grad(out.square().sum(), [layer.weight_mu, layer.weight_sigma,
+                                                                        layer.bias_sigma]), grads)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), reference.detach())
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), reference.detach())
+    x_grad = x.clone().requires_grad_(True)  # a frozen layer (a target net) still passes gradients to its input
+    layer.requires_grad_(False)
+    torch.testing.assert_close(torch.autograd.grad(layer(x_grad).sum(), x_grad)[0], weight.detach().sum(0).expand(5, 40))
+
+
 def test_a_noisy_network_s_head_is_noisy_its_torso_plain_and_its_mean_travels_in_the_state_dict() -> None:
     torch.manual_seed(1)
     net = build_q_network((84, 84), 4, 5, 32, True, noisy_sigma=0.5)
