@@ -1,4 +1,5 @@
-"""What a learner option costs per update on this CPU: the Mario recipe against the recipe with the option.
+"""What a learner option costs on this CPU, per update and per collector step: the Mario recipe against the recipe
+with the option.
 
 The base is the learner and replay sections `make run` trains Mario 1-1 with on the `cpu` profile (the
 Mario preset included: Munchausen targets, gamma 0.9); each variant is the base with `section.field=value`
@@ -6,6 +7,9 @@ assignments on top, e.g. `noisy:learner.noisy_sigma=0.5` or `qr:learner.quantile
 Every variant runs the real `Learner` (bench.learner's `_measure`: RandomReplay stacks of Mario's 4 x 84x84
 uint8 frames, prefetch on, no warm-up, no rate limit, no weight broadcasts) and reports milliseconds per
 update as wall time and as process CPU time (every thread), which a shared machine's load inflates far less.
+Beside it, the collector's side of the option: CPU milliseconds per step of a collector's network on the stacks
+of `collectors.envs_per_collector` envs, as `Collector.step` runs it (new NoisyNet noise first where the network
+has it, then the forward in inference mode on `collectors.torch_threads` threads).
 
 Variants are interleaved within each repeat (their order rotating from repeat to repeat), so a ratio compares
 figures taken side by side; each figure is the median, min and max over the repeats, and each ratio is the
@@ -18,13 +22,15 @@ median of the per-repeat ratios to the base measured in the same round.
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import replace
 from statistics import median
 from typing import Any
 
+import numpy as np
 import torch
 
-from bench.learner import SPEC, RandomReplay, _measure
+from bench.learner import OBS_SHAPE, SPEC, STACK, RandomReplay, _measure
 from bench.report import print_json
 from shared.config import Config, ConfigError
 
@@ -64,6 +70,37 @@ def base_config() -> Config:
     return load_config("cpu")
 
 
+def collector_ms(cfg: Config, budget_s: float, seed: int = 0) -> dict[str, float]:
+    """CPU (and wall) milliseconds per collector step of this config's network: noise drawn (if any), one forward
+    on `collectors.envs_per_collector` uint8 stacks in inference mode, `collectors.torch_threads` threads."""
+    from shared.network import build_q_network_for
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(cfg.collectors.torch_threads)
+    try:
+        net = build_q_network_for(SPEC, cfg.learner).eval()
+        noisy = bool(net.noisy_layers())
+        stacks = np.random.default_rng(seed).integers(0, 256, size=(cfg.collectors.envs_per_collector, STACK,
+                                                                    *OBS_SHAPE), dtype=np.uint8)
+
+        def step() -> np.ndarray:
+            if noisy:
+                net.reset_noise()
+            with torch.inference_mode():
+                return net(torch.from_numpy(stacks)).float().numpy()
+
+        for _ in range(3):
+            step()
+        n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+        while n < 5 or time.perf_counter() - t0 < budget_s:
+            step()
+            n += 1
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        torch.set_num_threads(saved)
+    return {"wall_ms": 1000.0 * wall / n, "cpu_ms": 1000.0 * cpu / n, "calls": n}
+
+
 def _spread(values: list[float], digits: int = 2) -> dict[str, Any]:
     return {"median": round(median(values), digits), "min": round(min(values), digits),
             "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
@@ -71,8 +108,9 @@ def _spread(values: list[float], digits: int = 2) -> dict[str, Any]:
 
 def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int = 3, seconds: float = 4.0,
                       precision: str = "fp32", batch: int | None = None, base: Config | None = None) -> dict[str, Any]:
-    """The base and each variant side by side; JSON-able. Keys: wall_ms_per_update and cpu_ms_per_update
-    (variant -> median), ratios (variant -> median per-round ratio to the base), spreads in `details`."""
+    """The base and each variant side by side; JSON-able. Keys: wall_ms_per_update, cpu_ms_per_update and
+    collector_cpu_ms_per_step (variant -> median), ratios (variant -> median per-round ratio to the base),
+    spreads in `details`."""
     base = base if base is not None else base_config()
     plan = [(BASE, ())] + list(variants)
     configs = {name: variant_config(base, assignments, precision, batch) for name, assignments in plan}
@@ -83,8 +121,10 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
         figures = {}
         for name, _ in order:
             r = _measure(configs[name], torch.device("cpu"), replay, seconds, min_updates=3, warmup=2)
+            c = collector_ms(configs[name], seconds / 2)
             figures[name] = {"wall_ms": 1000.0 / r["updates_per_s"], "cpu_ms": r["cpu_ms_per_update"],
-                             "updates": r["updates"], "precision": r["precision"]}
+                             "updates": r["updates"], "precision": r["precision"],
+                             "collector_cpu_ms": c["cpu_ms"], "collector_wall_ms": c["wall_ms"]}
         rounds.append(figures)
 
     def column(name: str, key: str) -> list[float]:
@@ -93,7 +133,7 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
     names = [name for name, _ in plan]
     ratios: dict[str, Any] = {}
     for name in names[1:]:
-        for key in ("wall_ms", "cpu_ms"):
+        for key in ("wall_ms", "cpu_ms", "collector_cpu_ms"):
             per_round = [f[name][key] / f[BASE][key] for f in rounds]
             ratios[f"{name}_{key}_vs_{BASE}"] = _spread(per_round, 3)
     return {
@@ -108,19 +148,24 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
         "variants": {name: list(assignments) for name, assignments in plan},
         "wall_ms_per_update": {name: round(median(column(name, "wall_ms")), 2) for name in names},
         "cpu_ms_per_update": {name: round(median(column(name, "cpu_ms")), 2) for name in names},
+        "collector_envs": configs[BASE].collectors.envs_per_collector,
+        "collector_torch_threads": configs[BASE].collectors.torch_threads,
+        "collector_cpu_ms_per_step": {name: round(median(column(name, "collector_cpu_ms")), 2) for name in names},
         "ratios": ratios,
         "details": {
             "wall_ms": {name: _spread(column(name, "wall_ms")) for name in names},
             "cpu_ms": {name: _spread(column(name, "cpu_ms")) for name in names},
             "updates": {name: [int(u) for u in column(name, "updates")] for name in names},
+            "collector_cpu_ms": {name: _spread(column(name, "collector_cpu_ms")) for name in names},
+            "collector_wall_ms": {name: _spread(column(name, "collector_wall_ms")) for name in names},
         },
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.learner_options",
-                                     description="Per-update cost of learner options against the Mario recipe "
-                                                 "(JSON on stdout)")
+                                     description="Per-update and per-collector-step cost of learner options "
+                                                 "against the Mario recipe (JSON on stdout)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:ASSIGNMENTS",
                         help="a named variant: NAME:section.field=value[,section.field=value...]; repeatable")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
