@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import replace
+from statistics import median
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from learner.trainer import Learner
 from shared.batch import SampleBatch
 from shared.config import Config, LearnerConfig
 from shared.env_spec import EnvSpec
+from shared.network import QNetwork
 
 BLOCK_S = 0.2  # a timed block of updates lasts at least this long (one device sync per block)
 OBS_SHAPE = (84, 84)
@@ -102,6 +104,41 @@ def real_replay(device: torch.device, capacity: int = 100_000, seed: int = 0):
 def sync_device(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def collector_step_ms(net: QNetwork, envs: int, threads: int, budget_s: float, seed: int = 0
+                      ) -> dict[str, float]:
+    """Milliseconds per collector step of `net` (put in eval mode by the caller) on `envs` random uint8 stacks, as
+    `Collector.step` runs it: new NoisyNet noise first where the network has it, then the forward in inference
+    mode on `threads` torch threads. Wall and process-CPU milliseconds per step, and the steps timed."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        noisy = bool(net.noisy_layers())
+        stacks = np.random.default_rng(seed).integers(0, 256, size=(envs, STACK, *OBS_SHAPE), dtype=np.uint8)
+
+        def step() -> np.ndarray:
+            if noisy:
+                net.reset_noise()
+            with torch.inference_mode():
+                return net(torch.from_numpy(stacks)).float().numpy()
+
+        for _ in range(3):
+            step()
+        n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+        while n < 5 or time.perf_counter() - t0 < budget_s:
+            step()
+            n += 1
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        torch.set_num_threads(saved)
+    return {"wall_ms": 1000.0 * wall / n, "cpu_ms": 1000.0 * cpu / n, "calls": n}
+
+
+def spread(values: list[float], digits: int = 2) -> dict[str, Any]:
+    """Median, min, max and the values themselves, rounded: how the learner benches report repeated figures."""
+    return {"median": round(median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
 
 
 def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: float, min_updates: int,

@@ -18,14 +18,12 @@ figures taken side by side; each figure is reported as the median, min and max o
 from __future__ import annotations
 
 import argparse
-import time
 from statistics import median
 from typing import Any
 
-import numpy as np
 import torch
 
-from bench.learner import NUM_ACTIONS, OBS_SHAPE, SPEC, STACK, RandomReplay, _measure
+from bench.learner import NUM_ACTIONS, OBS_SHAPE, SPEC, STACK, RandomReplay, _measure, collector_step_ms, spread
 from bench.report import print_json
 from shared.config import Config, LearnerConfig
 
@@ -54,31 +52,8 @@ def collector_ms(encoder: str, width: int, envs: int, threads: int, budget_s: fl
     """Milliseconds per forward of the collector's network on `envs` uint8 stacks, as `Collector._q` runs it."""
     from shared.network import build_q_network
 
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        net = build_q_network(OBS_SHAPE, STACK, NUM_ACTIONS, LearnerConfig().hidden, True, encoder, width).eval()
-        stacks = np.random.default_rng(seed).integers(0, 256, size=(envs, STACK, *OBS_SHAPE), dtype=np.uint8)
-
-        def q() -> np.ndarray:
-            with torch.inference_mode():
-                return net(torch.from_numpy(stacks)).float().numpy()
-
-        for _ in range(3):
-            q()
-        n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
-        while n < 5 or time.perf_counter() - t0 < budget_s:
-            q()
-            n += 1
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    finally:
-        torch.set_num_threads(saved)
-    return {"wall_ms": 1000.0 * wall / n, "cpu_ms": 1000.0 * cpu / n, "calls": n}
-
-
-def _spread(values: list[float], digits: int = 2) -> dict[str, Any]:
-    return {"median": round(median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
+    net = build_q_network(OBS_SHAPE, STACK, NUM_ACTIONS, LearnerConfig().hidden, True, encoder, width).eval()
+    return collector_step_ms(net, envs, threads, budget_s, seed)
 
 
 def run_encoder_bench(repeats: int = 3, seconds: float = 3.0, batch: int = 32, widths: tuple[int, ...] = (1, 2),
@@ -138,12 +113,12 @@ def run_encoder_bench(repeats: int = 3, seconds: float = 3.0, batch: int = 32, w
         "collector_ms_per_env_step": {k: round(v, 3) for k, v in step_fig.items()},
         "ratios": ratios,
         "details": {
-            "learner_wall_ms": {k: _spread([r["wall_ms"] for r in v]) for k, v in learner.items()},
-            "learner_cpu_ms": {k: _spread([r["cpu_ms"] for r in v]) for k, v in learner.items()},
+            "learner_wall_ms": {k: spread([r["wall_ms"] for r in v]) for k, v in learner.items()},
+            "learner_cpu_ms": {k: spread([r["cpu_ms"] for r in v]) for k, v in learner.items()},
             "learner_updates": {k: [r["updates"] for r in v] for k, v in learner.items()},
             "learner_precision_ran": {k: v[0]["precision"] for k, v in learner.items()},
-            "collector_ms_per_forward": {k: _spread([r["wall_ms"] for r in v]) for k, v in collector.items()},
-            "collector_cpu_ms_per_forward": {k: _spread([r["cpu_ms"] for r in v]) for k, v in collector.items()},
+            "collector_ms_per_forward": {k: spread([r["wall_ms"] for r in v]) for k, v in collector.items()},
+            "collector_cpu_ms_per_forward": {k: spread([r["cpu_ms"] for r in v]) for k, v in collector.items()},
         },
         "skipped": skipped,
     }

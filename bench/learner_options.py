@@ -22,15 +22,13 @@ median of the per-repeat ratios to the base measured in the same round.
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 from statistics import median
 from typing import Any
 
-import numpy as np
 import torch
 
-from bench.learner import OBS_SHAPE, SPEC, STACK, RandomReplay, _measure
+from bench.learner import SPEC, RandomReplay, _measure, collector_step_ms, spread
 from bench.report import print_json
 from shared.config import Config, ConfigError
 
@@ -75,35 +73,8 @@ def collector_ms(cfg: Config, budget_s: float, seed: int = 0) -> dict[str, float
     on `collectors.envs_per_collector` uint8 stacks in inference mode, `collectors.torch_threads` threads."""
     from shared.network import build_q_network_for
 
-    saved = torch.get_num_threads()
-    torch.set_num_threads(cfg.collectors.torch_threads)
-    try:
-        net = build_q_network_for(SPEC, cfg.learner).eval()
-        noisy = bool(net.noisy_layers())
-        stacks = np.random.default_rng(seed).integers(0, 256, size=(cfg.collectors.envs_per_collector, STACK,
-                                                                    *OBS_SHAPE), dtype=np.uint8)
-
-        def step() -> np.ndarray:
-            if noisy:
-                net.reset_noise()
-            with torch.inference_mode():
-                return net(torch.from_numpy(stacks)).float().numpy()
-
-        for _ in range(3):
-            step()
-        n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
-        while n < 5 or time.perf_counter() - t0 < budget_s:
-            step()
-            n += 1
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    finally:
-        torch.set_num_threads(saved)
-    return {"wall_ms": 1000.0 * wall / n, "cpu_ms": 1000.0 * cpu / n, "calls": n}
-
-
-def _spread(values: list[float], digits: int = 2) -> dict[str, Any]:
-    return {"median": round(median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
+    net = build_q_network_for(SPEC, cfg.learner).eval()
+    return collector_step_ms(net, cfg.collectors.envs_per_collector, cfg.collectors.torch_threads, budget_s, seed)
 
 
 def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int = 3, seconds: float = 4.0,
@@ -135,7 +106,7 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
     for name in names[1:]:
         for key in ("wall_ms", "cpu_ms", "collector_cpu_ms"):
             per_round = [f[name][key] / f[BASE][key] for f in rounds]
-            ratios[f"{name}_{key}_vs_{BASE}"] = _spread(per_round, 3)
+            ratios[f"{name}_{key}_vs_{BASE}"] = spread(per_round, 3)
     return {
         "device": "cpu",
         "torch": torch.__version__,
@@ -153,11 +124,11 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
         "collector_cpu_ms_per_step": {name: round(median(column(name, "collector_cpu_ms")), 2) for name in names},
         "ratios": ratios,
         "details": {
-            "wall_ms": {name: _spread(column(name, "wall_ms")) for name in names},
-            "cpu_ms": {name: _spread(column(name, "cpu_ms")) for name in names},
+            "wall_ms": {name: spread(column(name, "wall_ms")) for name in names},
+            "cpu_ms": {name: spread(column(name, "cpu_ms")) for name in names},
             "updates": {name: [int(u) for u in column(name, "updates")] for name in names},
-            "collector_cpu_ms": {name: _spread(column(name, "collector_cpu_ms")) for name in names},
-            "collector_wall_ms": {name: _spread(column(name, "collector_wall_ms")) for name in names},
+            "collector_cpu_ms": {name: spread(column(name, "collector_cpu_ms")) for name in names},
+            "collector_wall_ms": {name: spread(column(name, "collector_wall_ms")) for name in names},
         },
     }
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, real_replay, sync_device
+from bench.learner import NUM_ACTIONS, OBS_SHAPE, STACK, real_replay, spread, sync_device
 from bench.report import print_json
 
 RUN_S = 600.0  # the run length the compile-inclusive rate is quoted for
@@ -150,11 +150,6 @@ def measure(mode: str, batch: int, precision: str, device: torch.device, replay:
         learner.close()
 
 
-def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
-    return {"median": round(median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits), "values": [round(v, digits) for v in values]}
-
-
 def run_step_bench(quick: bool = True, device: str | torch.device | None = None, repeats: int | None = None,
                    capacity: int | None = None, seconds: float | None = None, batches: tuple[int, ...] | None = None,
                    precisions: tuple[str, ...] | None = None, modes: tuple[str, ...] = MODES,
@@ -243,10 +238,10 @@ def run_step_bench(quick: bool = True, device: str | torch.device | None = None,
         "learner_space_to_depth": {k: v[0]["space_to_depth"] for k, v in runs.items()},  # what auto resolved to
         "ratios": ratios,
         "details": {
-            "updates_per_s": {k: _spread([r["updates_per_s"] for r in v]) for k, v in runs.items()},
-            "first_update_s": {k: _spread([r["first_update_s"] for r in v], 2) for k, v in runs.items()},
-            "compile_s": {k: _spread([r["compile_s"] for r in v], 2) for k, v in runs.items() if k.split("_")[0] in COMPILED},
-            "rate_10min_incl_compile": {k: _spread([r["rate_10min_incl_compile"] for r in v]) for k, v in runs.items()},
+            "updates_per_s": {k: spread([r["updates_per_s"] for r in v], 3) for k, v in runs.items()},
+            "first_update_s": {k: spread([r["first_update_s"] for r in v], 2) for k, v in runs.items()},
+            "compile_s": {k: spread([r["compile_s"] for r in v], 2) for k, v in runs.items() if k.split("_")[0] in COMPILED},
+            "rate_10min_incl_compile": {k: spread([r["rate_10min_incl_compile"] for r in v], 3) for k, v in runs.items()},
             "skipped_updates": {k: [r["skipped_updates"] for r in v] for k, v in runs.items()},
         },
         "errors": {**failed, **({} if cuda else {
