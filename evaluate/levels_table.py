@@ -4,8 +4,8 @@ Built from the suites' JSON only (default: every `docs/suite/*/suite.json`), so 
 shipped checkpoints measurably do. One row per level and evaluated checkpoint: the checkpoint trained on
 that level first, then any other checkpoint evaluated there (what a policy trained on another level
 does on it). Columns: the flag rate and mean x_pos over the suite's episodes, the training behind the
-checkpoint (env steps from its counters; minutes, machine and date from the `provenance.json` beside it,
-"not recorded" where there is none) and the random policy's row for the level.
+checkpoint (env steps from its counters, or the `env_steps` of the `provenance.json` beside it where a run
+started from another's network; minutes, machine and date from that file, "not recorded" where there is none) and the random policy's row for the level.
 
 `--write` replaces the block between the README's `<!-- levels-table:start -->` and
 `<!-- levels-table:end -->` markers; `--check` exits 1 when that block differs from what the suites
@@ -48,13 +48,15 @@ def _level_of(env_id: str) -> str:
 
 def _training(checkpoint: dict[str, Any], root: Path) -> str:
     steps = int(checkpoint.get("counters", {}).get("env_steps", 0))
-    text = f"{steps / 1000:,.0f}k env steps"
     prov_path = root / Path(checkpoint["path"]).parent / "provenance.json"
     if not prov_path.is_file():
-        return f"{text}; time and machine not recorded"
+        return f"{steps / 1000:,.0f}k env steps; time and machine not recorded"
     try:
         prov = json.loads(prov_path.read_text())
-        return f"{text}, {prov['training_minutes']:.0f} min on {prov['machine']} ({prov['date']})"
+        # a network started with --init-from has fresh counters: its provenance gives the whole lineage's total
+        steps = int(prov.get("env_steps", steps))
+        return (f"{steps / 1000:,.0f}k env steps, {prov['training_minutes']:.0f} min on {prov['machine']} "
+                f"({prov['date']})")
     except (ValueError, KeyError, TypeError) as exc:
         raise TableError(f"{prov_path}: needs training_minutes, machine and date ({type(exc).__name__}: {exc})") from exc
 

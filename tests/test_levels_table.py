@@ -85,3 +85,15 @@ def test_a_provenance_without_its_fields_is_named(tmp_path: Path, field: str) ->
     (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps(prov))
     with pytest.raises(levels_table.TableError, match="provenance.json: needs training_minutes, machine and date"):
         levels_table.rows(suite, root=tmp_path)
+
+
+def test_a_provenance_total_replaces_the_counters_of_a_network_started_from_another(tmp_path: Path) -> None:
+    base = json.loads(SHIPPED.read_text())
+    suite = _suite_trained_on("1-3", base)
+    (tmp_path / "runs" / "1-3").mkdir(parents=True)
+    prov = {"training_minutes": 60, "machine": "m", "date": "d"}
+    (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps(prov))
+    counted = base["checkpoints"][0]["counters"]["env_steps"]
+    assert f"{counted / 1000:,.0f}k env steps, 60 min on m (d)" in levels_table.rows(suite, root=tmp_path)[0][2]
+    (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps({**prov, "env_steps": 1_436_000}))
+    assert "1,436k env steps, 60 min on m (d)" in levels_table.rows(suite, root=tmp_path)[0][2]
