@@ -5,7 +5,8 @@ shipped checkpoints measurably do. One row per level and evaluated checkpoint: t
 that level first, then any other checkpoint evaluated there (what a policy trained on another level
 does on it). Columns: the flag rate and mean x_pos over the suite's episodes, the training behind the
 checkpoint (env steps from its counters, or the `env_steps` of the `provenance.json` beside it where a run
-started from another's network; minutes, machine and date from that file, "not recorded" where there is none) and the random policy's row for the level.
+started from another's network; minutes, machine and date from that file, "not recorded" where there is
+none) and the random policy's row for the level.
 
 `--write` replaces the block between the README's `<!-- levels-table:start -->` and
 `<!-- levels-table:end -->` markers; `--check` exits 1 when that block differs from what the suites
