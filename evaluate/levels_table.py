@@ -59,7 +59,8 @@ def _training(checkpoint: dict[str, Any], root: Path) -> str:
         return (f"{steps / 1000:,.0f}k env steps, {prov['training_minutes']:.0f} min on {prov['machine']} "
                 f"({prov['date']})")
     except (ValueError, KeyError, TypeError) as exc:
-        raise TableError(f"{prov_path}: needs training_minutes, machine and date ({type(exc).__name__}: {exc})") from exc
+        raise TableError(f"{prov_path}: needs training_minutes, machine and date, and a whole number as env_steps "
+                         f"where it has one ({type(exc).__name__}: {exc})") from exc
 
 
 def rows(suite: dict[str, Any], root: Path = ROOT) -> list[tuple[str, bool, str]]:

@@ -97,3 +97,12 @@ def test_a_provenance_total_replaces_the_counters_of_a_network_started_from_anot
     assert f"{counted / 1000:,.0f}k env steps, 60 min on m (d)" in levels_table.rows(suite, root=tmp_path)[0][2]
     (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps({**prov, "env_steps": 1_436_000}))
     assert "1,436k env steps, 60 min on m (d)" in levels_table.rows(suite, root=tmp_path)[0][2]
+
+
+def test_a_provenance_env_steps_that_is_not_a_number_is_named(tmp_path: Path) -> None:
+    suite = _suite_trained_on("1-3", json.loads(SHIPPED.read_text()))
+    (tmp_path / "runs" / "1-3").mkdir(parents=True)
+    prov = {"training_minutes": 60, "machine": "m", "date": "d", "env_steps": "lots"}
+    (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps(prov))
+    with pytest.raises(levels_table.TableError, match="a whole number as env_steps where it has one"):
+        levels_table.rows(suite, root=tmp_path)
