@@ -17,9 +17,31 @@ import sys
 import tempfile
 from pathlib import Path
 
-from learner.checkpoint import CheckpointError, eval_only, load_checkpoint, save_checkpoint
+from learner.checkpoint import CheckpointData, CheckpointError, eval_only, load_checkpoint, save_checkpoint
 
 MAX_BYTES = 15 * 2**20  # what the repository takes per shipped checkpoint
+
+
+class ExportError(Exception):
+    """A copy that cannot be shipped; the message is one line."""
+
+
+def write_eval_only(out: Path, small: CheckpointData) -> tuple[Path, int]:
+    """Write `small` (an eval_only() checkpoint) to out/checkpoint/; returns its path and size in bytes.
+
+    ExportError, with nothing written, when the copy would exceed MAX_BYTES (it is sized in a
+    staging folder beside `out` first)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))
+    try:
+        staged = save_checkpoint(stage, small)
+        size = sum(f.stat().st_size for f in staged.rglob("*") if f.is_file())
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if size > MAX_BYTES:
+        raise ExportError(f"its evaluation-only copy is {size} bytes, over the {MAX_BYTES}-byte limit for a "
+                          f"shipped checkpoint; nothing written")
+    return save_checkpoint(out, small), size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,19 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    small = eval_only(data)
-    stage = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))  # sized first: an oversized copy writes nothing
     try:
-        staged = save_checkpoint(stage, small)
-        size = sum(f.stat().st_size for f in staged.rglob("*") if f.is_file())
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    if size > MAX_BYTES:
-        print(f"error: {args.source}: its evaluation-only copy is {size} bytes, over the {MAX_BYTES}-byte limit for a "
-              f"shipped checkpoint; nothing written", file=sys.stderr)
+        path, size = write_eval_only(out, eval_only(data))
+    except ExportError as exc:
+        print(f"error: {args.source}: {exc}", file=sys.stderr)
         return 2
-    path = save_checkpoint(out, small)
     metrics = (data.path or Path(args.source)).parent / "metrics.jsonl"
     if metrics.is_file():  # the learning curve travels too (make eval draws it)
         shutil.copyfile(metrics, out / "metrics.jsonl")
