@@ -213,12 +213,13 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # limit, Ape-X epsilons) stay; these values made 1-1 learn on the 2-core CPU where the old ones stayed
 # at the random policy's level for an hour (BENCHMARKS.md, "Mario 1-1").
 # Levers available but off here (learner/dqn.py, learner/resets.py, shared/network.py; no Mario measurement has
-# shown them a win yet, so no values are set): learner.quantiles (QR-DQN head), learner.noisy_sigma (NoisyNet
+# shown them a win, so no values are set): learner.quantiles (QR-DQN head), learner.noisy_sigma (NoisyNet
 # exploration), learner.reset_every_updates / reset_head / shrink_perturb (periodic resets of the head,
 # shrink-and-perturb torso) and learner.encoder=impala. Munchausen targets are set below.
 # collectors.eps_per=stream (one epsilon per env stream) was level with the per-collector epsilons on 2 seeds of
 # the 1-1 proxy, so it stays off here; 1-3's preset turns it on.
 # NoisyNet (learner.noisy_sigma=0.5) led on seed 0 of the 1-1 proxy and fell behind on seed 1, so it stays off.
+# Resets every 20k updates at twice the updates per env step (samples_per_insert 16) lost on the 1-1 proxy's seed 0.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
