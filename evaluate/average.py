@@ -14,14 +14,15 @@ CHECKPOINT=<out>` and `python -m evaluate.suite <out>` read it as any checkpoint
 mean plays better than its parts is a measurement, not a promise: evaluate it on episodes the
 snapshots were not chosen by.
 
-Exit status 2 with one line: a missing or corrupt checkpoint, fewer than two, or checkpoints
-that differ in geometry or tensors.
+Exit status 2 with one line: a missing or corrupt checkpoint, fewer than two, bad weights, or a
+checkpoint whose geometry or tensors (keys, shapes, dtypes) differ from the first one's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,14 @@ from pathlib import Path
 import torch
 
 from evaluate.export import ExportError, write_eval_only
-from learner.checkpoint import CheckpointData, CheckpointError, eval_only, load_checkpoint
+from learner.checkpoint import (
+    CheckpointData,
+    CheckpointError,
+    check_geometry,
+    check_state_dict,
+    eval_only,
+    load_checkpoint,
+)
 
 
 class AverageError(Exception):
@@ -45,30 +53,19 @@ def average_networks(datas: Sequence[CheckpointData], weights: Sequence[float] |
     w = [1.0] * len(datas) if weights is None else [float(x) for x in weights]
     if len(w) != len(datas):
         raise AverageError(f"{len(w)} weights for {len(datas)} checkpoints")
-    if any(not x >= 0.0 for x in w) or sum(w) <= 0.0:
-        raise AverageError(f"weights {w} must be >= 0 with a positive sum")
+    if any(not (math.isfinite(x) and x >= 0.0) for x in w) or sum(w) <= 0.0:
+        raise AverageError(f"weights {w} must be finite and >= 0 with a positive sum")
     total = sum(w)
     first = datas[0]
-    keys = list(first.model["online"])
     for name, data in zip(names[1:], datas[1:], strict=True):
-        if data.geometry != first.geometry:
-            diff = sorted(k for k in set(first.geometry) | set(data.geometry)
-                          if first.geometry.get(k) != data.geometry.get(k))
-            raise AverageError(f"{name}: geometry differs from {names[0]}'s in {', '.join(diff)}")
-        online = data.model["online"]
-        if list(online) != keys:
-            raise AverageError(f"{name}: its network's tensors differ from {names[0]}'s")
-        for k in keys:
-            if online[k].shape != first.model["online"][k].shape:
-                raise AverageError(f"{name}: tensor {k} has shape {tuple(online[k].shape)}, "
-                                   f"{names[0]}'s {tuple(first.model['online'][k].shape)}")
+        check_geometry(first.geometry, data.geometry, name, against="first checkpoint")
+        check_state_dict(first.model["online"], data.model["online"], f"{name}[online]", against="first checkpoint")
     mean: dict[str, torch.Tensor] = {}
-    for k in keys:
-        last = datas[-1].model["online"][k]
-        if not last.is_floating_point():
-            mean[k] = last.detach().clone()
+    for k, ref in datas[-1].model["online"].items():
+        if not ref.is_floating_point():
+            mean[k] = ref.detach().clone()
             continue
-        acc = torch.zeros(last.shape, dtype=torch.float64)
+        acc = torch.zeros(ref.shape, dtype=torch.float64)
         for x, data in zip(w, datas, strict=True):
             acc += (x / total) * data.model["online"][k].detach().to(torch.float64)
         mean[k] = acc.to(torch.float32)

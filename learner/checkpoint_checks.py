@@ -153,15 +153,18 @@ def check_torch_rng(rng_t: Any, path: Path) -> dict[str, Any]:
     return {"torch": state, "cuda": list(cuda)}
 
 
-def check_geometry(expected: Mapping[str, Any], got: Mapping[str, Any], where: Path | str) -> None:
-    """Raise CheckpointError naming every geometry field that differs (obs shape, actions, ...)."""
-    diffs = [f"{k}: checkpoint {got.get(k)!r} vs learner {v!r}" for k, v in expected.items() if got.get(k) != v]
+def check_geometry(expected: Mapping[str, Any], got: Mapping[str, Any], where: Path | str,
+                   against: str = "learner") -> None:
+    """Raise CheckpointError naming every geometry field that differs (obs shape, actions, ...);
+    `against` names what `expected` belongs to in the message."""
+    diffs = [f"{k}: checkpoint {got.get(k)!r} vs {against} {v!r}" for k, v in expected.items() if got.get(k) != v]
     if diffs:
-        raise CheckpointError(f"{where}: checkpoint does not match this learner: " + "; ".join(diffs))
+        raise CheckpointError(f"{where}: checkpoint does not match this {against}: " + "; ".join(diffs))
 
 
-def check_state_dict(expected: Mapping[str, torch.Tensor], got: Any, where: str) -> None:
-    """Raise CheckpointError for a missing/unexpected key or a shape/dtype mismatch."""
+def check_state_dict(expected: Mapping[str, torch.Tensor], got: Any, where: str, against: str = "learner") -> None:
+    """Raise CheckpointError for a missing/unexpected key or a shape/dtype mismatch; `against` names what
+    `expected` belongs to in the message."""
     if not isinstance(got, Mapping):
         raise CheckpointError(f"{where}: expected a state dict, got {type(got).__name__}")
     missing = [k for k in expected if k not in got]
@@ -175,9 +178,10 @@ def check_state_dict(expected: Mapping[str, torch.Tensor], got: Any, where: str)
         if not isinstance(t, torch.Tensor):
             raise CheckpointError(f"{where}: {k} is {type(t).__name__}, expected a tensor")
         if tuple(t.shape) != tuple(ref.shape):
-            raise CheckpointError(f"{where}: shape mismatch for {k}: checkpoint {tuple(t.shape)} vs learner {tuple(ref.shape)}")
+            raise CheckpointError(f"{where}: shape mismatch for {k}: checkpoint {tuple(t.shape)} vs {against} "
+                                  f"{tuple(ref.shape)}")
         if t.dtype != ref.dtype:
-            raise CheckpointError(f"{where}: dtype mismatch for {k}: checkpoint {t.dtype} vs learner {ref.dtype}")
+            raise CheckpointError(f"{where}: dtype mismatch for {k}: checkpoint {t.dtype} vs {against} {ref.dtype}")
 
 
 def check_optimizer_state(opt_state: Any, params: list[torch.Tensor], where: str) -> None:
