@@ -9,7 +9,12 @@ the head writes an eval-only snapshot of the online weights (`Learner.save_eval_
 at low CPU priority, so training keeps its cores. When it finishes, its summary becomes one row of
 `<run>/evals.jsonl`, and a snapshot better than every earlier one (flag rate, then mean x_pos, then mean
 return) replaces `<run>/best/`, which `make eval CHECKPOINT=<run>/best` plays. One evaluation runs at a
-time: a due one waits for the previous to finish. Snapshots that are not the best are deleted.
+time: a due one waits for the previous to finish.
+
+Ten episodes rank snapshots coarsely (a 3/10 snapshot can be 5/30 or 16/30 over more episodes), so with
+`keep` > 1 (`logging.eval_keep`) the runners-up stay too: the keep - 1 best-scoring snapshots after best/,
+each under `<run>/kept/<updates>/` with its eval/, for choosing what to ship by more episodes afterwards
+(`python -m evaluate.suite <run>/best <run>/kept/* --levels ...`). Every other snapshot is deleted.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ log = logging.getLogger("mario_apex.eval")
 
 EVALS_DIR = "evals"  # snapshots being evaluated live in <run>/evals/<updates>/
 BEST_DIR = "best"
+KEPT_DIR = "kept"  # runners-up to best/ (keep > 1): <run>/kept/<updates>/
 ROWS_FILE = "evals.jsonl"
 NICE = 10  # below the collectors and the learner: an evaluation only takes idle CPU when cores are short
 
@@ -44,7 +50,7 @@ class PeriodicEvaluator:
 
     def __init__(self, run_dir: Path, every_s: float, episodes: int, epsilon: float,
                  write_snapshot: Callable[[Path], Path], seed: int = 0, clock: Callable[[], float] = time.monotonic,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, keep: int = 1) -> None:
         self.run_dir = Path(run_dir)
         self.every_s = every_s
         self.episodes = episodes
@@ -53,6 +59,7 @@ class PeriodicEvaluator:
         self.seed = seed
         self.clock = clock
         self.python = python
+        self.keep = max(1, int(keep))
         self.enabled = every_s > 0
         self.next_due = clock() + every_s
         self.best: tuple[float, float, float] | None = None
@@ -63,9 +70,13 @@ class PeriodicEvaluator:
         self._snapshot: Path | None = None
         self._meta: dict[str, Any] = {}
         self._log_file: Any = None
+        self._best_updates: int | None = None
         best_rows = [r for r in self._rows() if r.get("best")]
         if best_rows:  # a resumed run keeps its best, and only a better snapshot replaces it
             self.best = score(best_rows[-1])
+            self._best_updates = int(best_rows[-1].get("updates", 0))
+        self.kept: list[tuple[tuple[float, float, float], Path]] = self._scan_kept()  # best first
+        self._trim_kept()
 
     # ------------------------------------------------------------------ the head's calls
     def poll(self, counters: dict[str, Any]) -> None:
@@ -147,8 +158,12 @@ class PeriodicEvaluator:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
         self.last = row
         if better:
+            demoted = self.best
             self.best = score(summary)
-            self._promote(snapshot)
+            self._promote(snapshot, demoted)
+            self._best_updates = meta["updates"]
+        elif self.keep > 1:
+            self._keep(snapshot, score(summary), meta["updates"])
         else:
             self._drop_snapshot()
         log.info("evaluation at %d updates (%d env steps): mean x_pos %.0f, flags %d/%d, return %.1f%s",
@@ -156,16 +171,50 @@ class PeriodicEvaluator:
                  round((row["flag_rate"] or 0.0) * (row["episodes"] or 0)), row["episodes"] or 0,
                  row["mean_return"] or 0.0, " -> best/" if better else "")
 
-    def _promote(self, snapshot: Path) -> None:
-        """Atomically make `snapshot` the run's best/ (a rename within the run dir)."""
+    def _promote(self, snapshot: Path, demoted: tuple[float, float, float] | None) -> None:
+        """Atomically make `snapshot` the run's best/ (a rename within the run dir); the one it replaces
+        becomes a runner-up when runners-up are kept (`demoted`: its score)."""
         best = self.run_dir / BEST_DIR
         old = self.run_dir / f".{BEST_DIR}.old"
         shutil.rmtree(old, ignore_errors=True)
         if best.exists():
             os.replace(best, old)
         os.replace(snapshot, best)
-        shutil.rmtree(old, ignore_errors=True)
         self._snapshot = None
+        if old.exists() and self.keep > 1 and demoted is not None and self._best_updates is not None:
+            self._keep(old, demoted, self._best_updates)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _keep(self, snapshot: Path, snapshot_score: tuple[float, float, float], updates: int) -> None:
+        """Move `snapshot` to kept/ and delete whichever runner-up now falls outside the keep - 1 best."""
+        self._close_log()
+        dest = self.run_dir / KEPT_DIR / f"{updates:010d}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(snapshot, dest)
+        if self._snapshot == snapshot:
+            self._snapshot = None
+        self.kept = [k for k in self.kept if k[1] != dest] + [(snapshot_score, dest)]
+        self._trim_kept()
+
+    def _trim_kept(self) -> None:
+        """Keep the keep - 1 best-scoring runners-up (the later snapshot wins a tie); delete the rest."""
+        self.kept.sort(key=lambda k: (k[0], k[1].name), reverse=True)
+        for _, path in self.kept[self.keep - 1:]:
+            shutil.rmtree(path, ignore_errors=True)
+        del self.kept[self.keep - 1:]
+
+    def _scan_kept(self) -> list[tuple[tuple[float, float, float], Path]]:
+        """The runners-up a resumed run left in kept/, each scored by its own eval/eval.json; a folder
+        without a readable one is not a finished snapshot and is removed."""
+        kept = []
+        root = self.run_dir / KEPT_DIR
+        for path in sorted(root.iterdir()) if root.is_dir() else []:
+            try:
+                kept.append((score(json.loads((path / "eval" / "eval.json").read_text())["summary"]), path))
+            except (OSError, ValueError, KeyError, TypeError):
+                shutil.rmtree(path, ignore_errors=True)
+        return kept
 
     def _drop_snapshot(self) -> None:
         self._close_log()

@@ -187,7 +187,7 @@ class Head:
         self.evaluator = PeriodicEvaluator(
             self.run_dir, lg.eval_every_s if train else 0.0, lg.eval_episodes, lg.eval_epsilon,
             write_snapshot=lambda d: self.learner.save_eval_snapshot(d, counters={"env_steps": self.env_steps()}),
-            seed=cfg.env.seed,
+            seed=cfg.env.seed, keep=lg.eval_keep,
         )
         self.endpoints = {"control": self.consolidation.control_endpoint, "weights": remote_weights,
                           "weights_local": local_weights}

@@ -214,6 +214,9 @@ class LoggingConfig:
     eval_every_s: float = 0.0
     eval_episodes: int = 10
     eval_epsilon: float = 0.05  # the usual DQN evaluation epsilon: a greedy policy can loop forever
+    # Snapshots kept: best/ and the eval_keep - 1 next-best in run/kept/<updates>/, to choose what to ship by
+    # more episodes than eval_episodes afterwards (evaluate.suite over them); 1 = best/ only
+    eval_keep: int = 1
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("logging.eval_every_s", lg.eval_every_s, 0.0, 1e9)
     _int_range("logging.eval_episodes", lg.eval_episodes, 1, 10_000)
     _float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
+    _int_range("logging.eval_keep", lg.eval_keep, 1, 1_000)
 
     check_memory(cfg, available_bytes)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.evaluator import BEST_DIR, EVALS_DIR, ROWS_FILE, PeriodicEvaluator, score
+from launcher.evaluator import BEST_DIR, EVALS_DIR, KEPT_DIR, ROWS_FILE, PeriodicEvaluator, score
 from shared.config import (
     CollectorConfig,
     Config,
@@ -96,10 +96,52 @@ def test_best_is_kept_worse_snapshots_are_dropped_and_failures_are_counted(tmp_p
     assert ev.completed == 3 and ev.failed == 1
     assert json.loads((run / BEST_DIR / "checkpoint" / "meta.json").read_text())["tag"] == 200  # flags 0.3 wins
     assert sorted(p.name for p in (run / EVALS_DIR).iterdir()) == ["queue.json"]  # no snapshot left behind
+    assert not (run / KEPT_DIR).exists()  # keep 1: best/ alone
     # a resumed run keeps its best: only a better evaluation replaces best/
     again = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
                               clock=clock, python=str(fake))
     assert again.best == score(_summary(0.3, 900))
+
+
+def test_runners_up_are_kept_by_score_and_a_resumed_run_trims_them_to_its_keep(tmp_path) -> None:
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    run = tmp_path / "run"
+    (run / EVALS_DIR).mkdir(parents=True)
+    (run / EVALS_DIR / "queue.json").write_text(json.dumps(
+        [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000), _summary(0.0, 1000), _summary(0.2, 100)]))
+    clock, tag = Clock(), [0]
+    ev = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                           clock=clock, python=str(fake), keep=3)
+    for updates in (100, 200, 300, 400, 500):
+        tag[0] = updates
+        _run_to_completion(ev, clock, updates)
+
+    def kept_tags(root: Path) -> list[int]:
+        return [json.loads((d / "checkpoint" / "meta.json").read_text())["tag"]
+                for d in sorted((root / KEPT_DIR).iterdir(), reverse=True)]
+
+    assert json.loads((run / BEST_DIR / "checkpoint" / "meta.json").read_text())["tag"] == 200
+    # 100 was best/ until 200 beat it, then fell out of the two runners-up; 400 never entered
+    assert kept_tags(run) == [500, 300]
+    assert all((d / "eval" / "eval.json").is_file() for d in (run / KEPT_DIR).iterdir())
+    assert sorted(p.name for p in (run / EVALS_DIR).iterdir()) == ["queue.json"]
+    rows = [json.loads(line) for line in (run / ROWS_FILE).read_text().splitlines()]
+    assert [r["best"] for r in rows] == [True, True, False, False, False]  # the rows do not change with keep
+    # a resumed run finds its runners-up; a folder without a finished evaluation is not one
+    (run / KEPT_DIR / "0000000600" / "checkpoint").mkdir(parents=True)
+    again = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                              clock=clock, python=str(fake), keep=3)
+    assert [p.name for _, p in again.kept] == ["0000000500", "0000000300"]
+    assert kept_tags(run) == [500, 300]
+    # resumed with a smaller keep, only the best runner-up stays; keep 1 is best/ alone
+    PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                      clock=clock, python=str(fake), keep=2)
+    assert kept_tags(run) == [500]
+    PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                      clock=clock, python=str(fake))
+    assert kept_tags(run) == [] and (run / BEST_DIR).is_dir()
 
 
 def test_close_stops_a_running_evaluation_and_leaves_nothing(tmp_path) -> None:
@@ -136,7 +178,7 @@ def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_pa
         replay=ReplayConfig(capacity=10_000),
         learner=LearnerConfig(device="cpu", precision="fp32", hidden=32, warmup_transitions=200),
         transport=TransportConfig(port=0),
-        logging=LoggingConfig(eval_every_s=3.0, eval_episodes=2, eval_epsilon=0.0),
+        logging=LoggingConfig(eval_every_s=3.0, eval_episodes=2, eval_epsilon=0.0, eval_keep=2),
     )
     head = Head(cfg, tmp_path / "run")
     rows_file = tmp_path / "run" / ROWS_FILE
@@ -163,6 +205,10 @@ def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_pa
     best = load_checkpoint(tmp_path / "run" / BEST_DIR)
     assert set(best.model) == {"online", "target"} and not best.optimizer["state"]  # eval-only weights
     assert best.counters["updates"] == max(r["updates"] for r in rows if r["best"])
+    kept = list((tmp_path / "run" / KEPT_DIR).iterdir())  # keep 2: best/ and one runner-up, also playable
+    assert len(kept) == 1 and int(kept[0].name) in {r["updates"] for r in rows}
+    assert int(kept[0].name) != best.counters["updates"]
+    assert load_checkpoint(kept[0]).counters["updates"] == int(kept[0].name)
     assert not head.evaluator.running
     leftovers = list((tmp_path / "run" / EVALS_DIR).iterdir()) if (tmp_path / "run" / EVALS_DIR).exists() else []
     assert leftovers == []
