@@ -69,19 +69,24 @@ def _run_to_completion(ev: PeriodicEvaluator, clock: Clock, updates: int) -> Non
     ev.poll({"updates": updates, "env_steps": updates * 10})  # folds the finished one in
 
 
+def _fake_run(tmp_path: Path, summaries: list) -> tuple[Path, Path]:
+    """A run dir whose evaluations "measure" `summaries` in turn, and the fake python that plays them."""
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    run = tmp_path / "run"
+    (run / EVALS_DIR).mkdir(parents=True)
+    (run / EVALS_DIR / "queue.json").write_text(json.dumps(summaries))
+    return run, fake
+
+
 def test_score_orders_flags_then_distance_then_return() -> None:
     assert score(_summary(0.5, 1000)) > score(_summary(0.4, 3000))
     assert score(_summary(0.0, 2000)) > score(_summary(0.0, 1999))
 
 
 def test_best_is_kept_worse_snapshots_are_dropped_and_failures_are_counted(tmp_path) -> None:
-    fake = tmp_path / "fake_python"
-    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
-    fake.chmod(0o755)
-    run = tmp_path / "run"
-    (run / EVALS_DIR).mkdir(parents=True)
-    (run / EVALS_DIR / "queue.json").write_text(json.dumps(
-        [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000), "fail"]))
+    run, fake = _fake_run(tmp_path, [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000), "fail"])
     clock, tag = Clock(), [0]
     ev = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
                            clock=clock, python=str(fake))
@@ -104,13 +109,8 @@ def test_best_is_kept_worse_snapshots_are_dropped_and_failures_are_counted(tmp_p
 
 
 def test_runners_up_are_kept_by_score_and_a_resumed_run_trims_them_to_its_keep(tmp_path) -> None:
-    fake = tmp_path / "fake_python"
-    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
-    fake.chmod(0o755)
-    run = tmp_path / "run"
-    (run / EVALS_DIR).mkdir(parents=True)
-    (run / EVALS_DIR / "queue.json").write_text(json.dumps(
-        [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000), _summary(0.0, 1000), _summary(0.2, 100)]))
+    run, fake = _fake_run(tmp_path, [_summary(0.0, 1500), _summary(0.3, 900), _summary(0.1, 3000),
+                                     _summary(0.0, 1000), _summary(0.2, 100)])
     clock, tag = Clock(), [0]
     ev = PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
                            clock=clock, python=str(fake), keep=3)
