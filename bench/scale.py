@@ -260,13 +260,13 @@ def _row(head: WorkerGroup, senders: WorkerGroup, endpoint: str | None, n: int, 
     run_s = WARM_S + window_s + 1.0  # outlasts the head's window (which adds a 0.2 s settle)
     for i in active:
         senders.send([i], ("run", endpoint, shares[i], rate, start_at, run_s))
-    senders.results(len(active))  # all registered: every sender has started by max(start_at, now)
+    senders.results(len(active), key="registered")  # every sender has started by max(start_at, now)
     delay = max(start_at, time.time()) + WARM_S - time.time()
     if delay > 0:
         time.sleep(delay)
     head.send([0], ("measure", window_s, pace))
     res = head.results(1)[0]
-    sent = senders.results(len(active))
+    sent = senders.results(len(active), key="held_back")
     head.send([0], ("settle",))
     head.results(1)
     offered = n * rate if rate else None

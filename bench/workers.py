@@ -26,6 +26,7 @@ class WorkerGroup:
         self.ready_q, self.result_q, self.stop_evt = ctx.Queue(), ctx.Queue(), ctx.Event()
         self.cmd_qs = [ctx.Queue() for _ in args_list]
         self.data_queue = data_queue
+        self._early: list[Any] = []  # results that arrived before the call that asks for them (see results)
         self.procs = [
             ctx.Process(target=target, args=(*a, cq, self.ready_q, self.result_q, self.stop_evt), daemon=True)
             for a, cq in zip(args_list, self.cmd_qs, strict=True)
@@ -50,8 +51,18 @@ class WorkerGroup:
         for i in indices:
             self.cmd_qs[i].put(command)
 
-    def results(self, count: int) -> list[Any]:
-        return self._await(self.result_q, count, "result")
+    def results(self, count: int, key: str | None = None) -> list[Any]:
+        """`count` results; with `key`, `count` results that carry that key. A command answered twice (say
+        "registered", later "sent") can interleave across workers on a loaded machine, one worker's second
+        answer arriving before another's first: such an answer waits for the call that asks for its key."""
+        if key is None:
+            return self._await(self.result_q, count, "result")
+        got = [item for item in self._early if key in item][:count]
+        self._early = [item for item in self._early if not any(item is g for g in got)]
+        while len(got) < count:
+            for item in self._await(self.result_q, 1, f"result with {key!r}"):
+                (got if key in item else self._early).append(item)
+        return got
 
     def close(self) -> None:
         self.stop_evt.set()

@@ -15,6 +15,7 @@ import pytest
 
 from bench import cpu_time, scale
 from bench.recorded import RECORDED_CHUNKS, load_chunks
+from bench.workers import WorkerGroup
 from shared.chunk import nstep_targets
 
 
@@ -24,6 +25,30 @@ def _burn(seconds: float) -> None:
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+
+
+def _answers_twice(index, after, done, cmd_q, ready_q, result_q, stop_evt) -> None:
+    """A WorkerGroup target that answers each command twice; `after` holds it back until another worker is done."""
+    ready_q.put(index)
+    while cmd_q.get() is not None:
+        if after is not None:
+            after.wait(60)
+        result_q.put({"index": index, "registered": 1})
+        result_q.put({"index": index, "held_back": 0})
+        done.set()
+
+
+def test_worker_results_by_key_survive_one_workers_answers_arriving_before_anothers():
+    # worker 1 answers only after worker 0 has answered twice: the queue holds 0's "registered", 0's "held_back",
+    # then 1's; two answers per command taken by count alone would give the harness 0's two answers
+    ctx = mp.get_context("spawn")
+    first_done, second_done = ctx.Event(), ctx.Event()
+    with WorkerGroup(_answers_twice, [(0, None, first_done), (1, first_done, second_done)]) as group:
+        group.send([0, 1], "go")
+        registered = group.results(2, key="registered")
+        held = group.results(2, key="held_back")
+    assert sorted(r["index"] for r in registered) == [0, 1] and all("registered" in r for r in registered)
+    assert sorted(r["index"] for r in held) == [0, 1] and all("held_back" in r for r in held)
 
 
 def test_tree_cpu_counts_children_and_their_work():
