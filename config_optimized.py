@@ -234,7 +234,7 @@ MARIO_PRESET: dict[str, str] = {
     # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
     # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
     "logging.eval_every_s": "600",
-    # a 10-episode evaluation ranks snapshots coarsely (1-3's head best at 7/10 played 9/30 and 16/30): keep the
+    # a 10-episode evaluation ranks snapshots coarsely (a 1-3 head best at 7/10 played 16/30, then 9/30): keep the
     # three next-best too (12.6 MB each), to choose what to ship by 30 or more episodes afterwards
     "logging.eval_keep": "4",
 }

@@ -11,7 +11,7 @@ at low CPU priority, so training keeps its cores. When it finishes, its summary 
 return) replaces `<run>/best/`, which `make eval CHECKPOINT=<run>/best` plays. One evaluation runs at a
 time: a due one waits for the previous to finish.
 
-Ten episodes rank snapshots coarsely (a 3/10 snapshot can be 5/30 or 16/30 over more episodes), so with
+Ten episodes rank snapshots coarsely (a 1-3 snapshot at 7/10 played 16/30 and then 9/30), so with
 `keep` > 1 (`logging.eval_keep`) the runners-up stay too: the keep - 1 best-scoring snapshots after best/,
 each under `<run>/kept/<updates>/` with its eval/, for choosing what to ship by more episodes afterwards
 (`python -m evaluate.suite <run>/best <run>/kept/* --levels ...`). Every other snapshot is deleted.
