@@ -57,8 +57,11 @@ class WorkerGroup:
         answer arriving before another's first: such an answer waits for the call that asks for its key."""
         if key is None:
             return self._await(self.result_q, count, "result")
-        got = [item for item in self._early if key in item][:count]
-        self._early = [item for item in self._early if not any(item is g for g in got)]
+        got: list[Any] = []
+        rest: list[Any] = []
+        for item in self._early:
+            (got if key in item and len(got) < count else rest).append(item)
+        self._early = rest
         while len(got) < count:
             for item in self._await(self.result_q, 1, f"result with {key!r}"):
                 (got if key in item else self._early).append(item)

@@ -186,8 +186,8 @@ class PeriodicEvaluator:
         shutil.rmtree(old, ignore_errors=True)
 
     def _keep(self, snapshot: Path, snapshot_score: tuple[float, float, float], updates: int) -> None:
-        """Move `snapshot` to kept/ and delete whichever runner-up now falls outside the keep - 1 best."""
-        self._close_log()
+        """Move `snapshot` (its evaluation finished, its log closed) to kept/ and delete whichever runner-up
+        now falls outside the keep - 1 best."""
         dest = self.run_dir / KEPT_DIR / f"{updates:010d}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
