@@ -77,10 +77,15 @@ class Collector:
         self.reward_scale = spec.reward_scale  # what is learned from; returns stay unscaled
         self.obs_shape, self.obs_dtype = spec.obs_shape, spec.obs_dtype
         self.stack, self.num_actions = spec.stack, spec.num_actions
-        self.net = build_q_network_for(spec, config.learner).eval()
+        base = config.env.seed + 1000 * collector_id if seed is None else seed
+        # until the first weights arrive the collector acts with its own initial network: seeded, so a run's
+        # first episodes repeat with its seed (an untrained network's greedy policy can balance a CartPole for
+        # hundreds of steps, or not at all, depending on its draw)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(base)
+            self.net = build_q_network_for(spec, config.learner).eval()
         self.noisy = config.learner.noisy_sigma > 0
         self.weight_version = 0
-        base = config.env.seed + 1000 * collector_id if seed is None else seed
         self.rng = np.random.default_rng(base)
         c = config.collectors
         self.repeat = (ActionRepeat(k, c.explore_repeat_mu, c.explore_repeat_max, self.rng)

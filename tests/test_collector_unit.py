@@ -99,10 +99,10 @@ class FakeLink:
         pass
 
 
-def small_collector(link: FakeLink) -> Collector:
+def small_collector(link: FakeLink, collector_id: int = 2) -> Collector:
     cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
                   collectors=CollectorConfig(envs_per_collector=3, chunk_steps=16), learner=LearnerConfig(hidden=16))
-    return Collector(cfg, collector_id=2, epsilon=0.5, link=link)
+    return Collector(cfg, collector_id=collector_id, epsilon=0.5, link=link)
 
 
 def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
@@ -111,7 +111,8 @@ def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     assert col.run(max_steps=120) == "max_steps"
     assert {c.stream for c in link.chunks} == {0, 1, 2}
     assert len(link.episodes) == 9 and all(e.length == 37 for e in link.episodes)
-    donor = small_collector(FakeLink()).net
+    donor = small_collector(FakeLink(), collector_id=3).net  # another draw of the initial weights
+    assert any(not torch.equal(col.net.state_dict()[name], t) for name, t in donor.state_dict().items())
     link.weights = (3, cpu_state(donor.state_dict()))
     col.step()
     assert col.weight_version == link.weight_version == 3
@@ -122,6 +123,21 @@ def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     t = col.timing
     assert t.steps == 121 and 0 < t.env_s < t.total_s and t.infer_s > 0
     col.close()
+
+
+def test_initial_network_is_drawn_from_the_run_seed_and_collector_id() -> None:
+    """Before the first weights arrive a collector acts with its own initial network: the same seed and id draw
+    the same network (a run's first episodes repeat), another id another one, and the global RNG is left alone."""
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first, again, other = (small_collector(FakeLink(), collector_id=i) for i in (2, 2, 5))
+    assert torch.equal(torch.rand(3), expected_next)
+    for name, t in first.net.state_dict().items():
+        assert torch.equal(again.net.state_dict()[name], t)
+    assert any(not torch.equal(other.net.state_dict()[name], t) for name, t in first.net.state_dict().items())
+    for c in (first, again, other):
+        c.close()
 
 
 def test_epsilon_anneals_from_one_by_weight_version() -> None:
