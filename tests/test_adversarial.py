@@ -604,14 +604,17 @@ def test_curve_head_ignores_forged_summaries_and_stops_at_max_env_steps(tmp_path
     rejected = int(re.search(r"'rejected': (\d+)", done[-1]).group(1))
     log = head.log()
     reasons = Counter(re.findall(r"rejected message: (\w+)", log))  # named in the message if it fails
-    assert rejected == 3 + flood["refusals"], (rejected, flood, reasons)
+    rows = head.rows()
+    # a real collector that registers again while the flood holds every registration (on a loaded machine it can
+    # lose the head for transport.head_timeout_s) is refused as well: it logs that and exits, and is restarted
+    real_refusals = sum(p.read_text(errors="replace").count("registration failed: the head refused")
+                        for p in (head.run_dir / "collectors").glob("*.log"))
+    expected = {**{r: 1 for r in A.CHUNK_ATTACKS.values()}, "too_many_collectors": flood["refusals"] + real_refusals}
+    assert rejected == sum(expected.values()), (rejected, expected, flood, reasons, rows[-1]["rejected_by_reason"])
     for reason in (*A.CHUNK_ATTACKS.values(), "too_many_collectors"):
         assert f"rejected message: {reason}" in log
-    rows = head.rows()
     assert rows[-1]["env_steps"] >= MAX_ENV_STEPS_B
-    if "rejected_by_reason" in rows[-1]:
-        assert rows[-1]["rejected_by_reason"] == {**{r: 1 for r in A.CHUNK_ATTACKS.values()},
-                                                  "too_many_collectors": flood["refusals"]}, rows[-1]
+    assert rows[-1]["rejected_by_reason"] == expected, rows[-1]
     # the collectors acted with published weights (not version 0 all along)
     # (the lag counts collectors that delivered transitions: the silent fakes and forgers, live until reclaimed, are
     # out; metrics.jsonl writes a lag with no such collector, NaN, as null)
