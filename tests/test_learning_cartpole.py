@@ -65,7 +65,7 @@ def test_cartpole_learns_through_the_whole_system(tmp_path: Path) -> None:
     # it starts out untrained: the mean episode length (= return on CartPole) of every episode before the first row.
     # Collectors act with their own initial network until the first weights arrive, seeded by the run's seed: an
     # untrained network's greedy policy can balance for long (300 unseeded draws: median 10.6, 90th percentile 68,
-    # 99th 274, one 449), and a run whose near-greedy collector delivered first once started at 129.
+    # 99th 274, one 449); unseeded, a run whose first collector to deliver drew such a network started at 129.
     # Up to 20 episodes that is the row's window, from the episodes' own summaries; beyond, env steps over episodes
     # (a fast run may have learned within the last 20 by then). Not that ratio for a few episodes: env steps come
     # with chunks and episodes with their summaries, so a row can count a chunk whose episodes' summaries are still
