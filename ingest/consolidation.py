@@ -191,13 +191,7 @@ class ConsolidationThread(threading.Thread):
         events = dict(poller.poll(timeout))
         read = 0
         if self.registrations.control in events:
-            for state in self.registrations.drain(len(self.collectors), self._reject):
-                poller.register(state.sock, zmq.POLLIN)
-                state.polled = True
-                state.credit_due = time.monotonic() + self.credit_every_s
-                with self._lock:
-                    self.collectors[state.collector_id] = state
-                    self.registrations_total += 1
+            self.registrations.drain(len(self.collectors), self._reject, lambda state: self._admit(poller, state))
         for state in list(self.collectors.values()):
             if state.closed or state.sock not in events:
                 continue
@@ -317,6 +311,15 @@ class ConsolidationThread(threading.Thread):
             state.credit_due = now + self.credit_every_s
         except zmq.ZMQError:  # Again (full), or EHOSTUNREACH: the owner is not connected yet
             pass
+
+    def _admit(self, poller: zmq.Poller, state: CollectorState) -> None:
+        """Open a registration: poll its data socket, count it (before its WELCOME leaves)."""
+        poller.register(state.sock, zmq.POLLIN)
+        state.polled = True
+        state.credit_due = time.monotonic() + self.credit_every_s
+        with self._lock:
+            self.collectors[state.collector_id] = state
+            self.registrations_total += 1
 
     def _reclaim(self, poller: zmq.Poller, now: float) -> None:
         while self._forget:

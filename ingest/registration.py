@@ -214,24 +214,25 @@ class Registrar:
         return endpoint
 
     # ------------------------------------------------------------------ HELLO -> WELCOME
-    def drain(self, open_count: int, reject: Reject) -> list[CollectorState]:
-        """Answer the queued HELLOs; returns the new registrations (their data sockets bound)."""
-        new: list[CollectorState] = []
+    def drain(self, open_count: int, reject: Reject, admit: Callable[[CollectorState], None]) -> int:
+        """Answer the queued HELLOs; returns how many registered. Each new registration (its data socket
+        bound) goes to `admit` before its WELCOME is sent, so a collector that holds a WELCOME is already
+        among the head's open registrations."""
+        new = 0
         for _ in range(DRAIN_PER_ROUND):
             try:
                 frames = self.control.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            state = self._on_hello([f.bytes for f in frames], _peer_address(frames[-1]), open_count + len(new),
-                                   reject)
-            if state is not None:
-                new.append(state)
+            if self._on_hello([f.bytes for f in frames], _peer_address(frames[-1]), open_count + new, reject, admit):
+                new += 1
         return new
 
-    def _on_hello(self, parts: list[bytes], peer: str, open_count: int, reject: Reject) -> CollectorState | None:
+    def _on_hello(self, parts: list[bytes], peer: str, open_count: int, reject: Reject,
+                  admit: Callable[[CollectorState], None]) -> bool:
         if len(parts) < 2:
             reject("bad_frame_count", "")
-            return None
+            return False
         identity, body = parts[0], parts[1:]
         try:
             msg = decode(body)
@@ -240,7 +241,7 @@ class Registrar:
             hello = validate_hello(msg.payload)
         except ProtocolError as exc:
             reject(exc.reason, exc.detail)
-            return None
+            return False
         nonce = hello["nonce"]
         if nonce and nonce in self._welcomes:
             reply, asked_by, state = self._welcomes[nonce]
@@ -250,25 +251,26 @@ class Registrar:
                 reject("replayed_hello", f"nonce {nonce[:64]!r}")
                 self._send(identity, encode_json(WELCOME, {"refused": "this HELLO's nonce was answered already; "
                                                                       "register with a new nonce"}))
-            return None
+            return False
         if self.guard is not None and self.guard.short():  # a bind now could abort the process (EMFILE)
             reject("too_many_collectors", "open files")
             self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; "
                                                                   "retry later"}))
-            return None
+            return False
         if open_count >= self.max_open:
             reject("too_many_collectors", "")
             refusal = {"refused": f"the head has {open_count} open registrations (the limit); "
                                   f"retry after some collectors leave"}
             self._send(identity, encode_json(WELCOME, refusal))
-            return None
+            return False
         state, reply = self._register(hello, peer)
         if nonce:
             self._welcomes[nonce] = (reply, identity, state)
             while len(self._welcomes) > WELCOME_CACHE:
                 self._welcomes.popitem(last=False)
+        admit(state)
         self._send(identity, reply)
-        return state
+        return True
 
     def _send(self, identity: bytes, reply: list[bytes]) -> None:
         try:

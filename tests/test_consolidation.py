@@ -480,6 +480,39 @@ def test_curve_admits_authorized_clients_only(tmp_path, caplog) -> None:
         h.close()
 
 
+def test_a_registration_is_open_before_its_welcome_leaves() -> None:
+    """A collector holding a WELCOME is among the head's open registrations (the supervisor's stall
+    check asks by pid right after a collector registers)."""
+    c = small_config()
+    ctx = zmq.Context()
+    registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, ctx, transport=c.transport,
+                          collectors=c.collectors, replay=c.replay, welcome_config=c.to_dict(),
+                          control_endpoint="inproc://registration-order")
+    client = ctx.socket(zmq.DEALER)
+    states = []
+    try:
+        client.connect(registrar.control_endpoint)
+        hello = {"host": "h", "pid": 7, "slot": 0, "nonce": "n", "envs": 2}
+        client.send_multipart(P.encode_json(P.HELLO, hello))
+        assert registrar.control.poll(10_000)
+        welcome_waiting: list[bool] = []
+
+        def admit(state) -> None:
+            states.append(state)
+            welcome_waiting.append(bool(client.poll(0)))
+
+        admitted = registrar.drain(0, lambda reason, detail: pytest.fail(f"rejected: {reason} {detail}"), admit)
+        assert admitted == 1 and welcome_waiting == [False]  # admitted once, before the WELCOME was sent
+        assert client.poll(10_000)  # and then the WELCOME
+        assert P.decode(client.recv_multipart()).header.msg_type == P.WELCOME
+    finally:
+        client.close(0)
+        for state in states:
+            registrar.release(state)
+        registrar.close()
+        ctx.term()
+
+
 def test_silent_collectors_and_forget(head: Head) -> None:
     _, starting = head.thread.stall_clock_of_pid(head.welcome_pid)
     assert starting  # registered and not heard from yet: starting (building its envs), not stalled
