@@ -315,7 +315,7 @@ ATARI_PRESET: dict[str, str] = {
 # the greedy route): one epsilon per env stream (16 values from 0.4 to 0.0007) gives the middle epsilons that
 # reach the lift and vary there, and the run's collectors reached the flag 12k env steps after the switch;
 # ez-greedy (held random actions) was on from 700k. One seed, resumed across these changes (BENCHMARKS.md,
-# "1-3 from scratch"); from the first step (another seed) it was still at the first tree-top at 358k env steps.
+# "1-3 from scratch"); from the first step (another seed) it was still at the first tree-top at 421k env steps.
 # On 1-1 gamma 0.97 loses (2 seeds, "Per env step: the levers"): per level.
 MARIO_1_3_PRESET: dict[str, str] = {
     **MARIO_PRESET,
