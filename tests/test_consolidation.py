@@ -122,6 +122,14 @@ def counting_stream(count: int, stream: int = 0, episode_length: int = 37) -> tu
     return out, summaries
 
 
+def make_registrar(ctx: zmq.Context, config: Config, control_endpoint: str, spec: P.ObsSpec = SPEC,
+                   weights_endpoints: dict[str, str] | None = None) -> Registrar:
+    """A Registrar built from `config`'s sections, as the launcher builds one."""
+    return Registrar(spec, {} if weights_endpoints is None else weights_endpoints, ctx, transport=config.transport,
+                     collectors=config.collectors, replay=config.replay, welcome_config=config.to_dict(),
+                     control_endpoint=control_endpoint)
+
+
 class Head:
     """A running consolidation thread plus a registered raw data socket to poke it with."""
 
@@ -132,9 +140,7 @@ class Head:
         self.config = config or small_config()
         c = self.config
         spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env))  # the head's, as ObsSpec.of gives it
-        registrar = Registrar(spec, {"local": "inproc://w", "remote": "inproc://w"}, self.ctx,
-                              transport=c.transport, collectors=c.collectors, replay=c.replay,
-                              welcome_config=c.to_dict(), control_endpoint="tcp://127.0.0.1:0")
+        registrar = make_registrar(self.ctx, c, "tcp://127.0.0.1:0", spec, {"local": "inproc://w", "remote": "inproc://w"})
         self.thread = ConsolidationThread(replay, spec, registrar, transport=c.transport,
                                           collectors=c.collectors, episode_window=c.logging.episode_window,
                                           latest_weight_version=version, gate=Gate(may_insert))
@@ -483,11 +489,8 @@ def test_curve_admits_authorized_clients_only(tmp_path, caplog) -> None:
 def test_a_registration_is_open_before_its_welcome_leaves() -> None:
     """A collector holding a WELCOME is among the head's open registrations (the supervisor's stall
     check asks by pid right after a collector registers)."""
-    c = small_config()
     ctx = zmq.Context()
-    registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, ctx, transport=c.transport,
-                          collectors=c.collectors, replay=c.replay, welcome_config=c.to_dict(),
-                          control_endpoint="inproc://registration-order")
+    registrar = make_registrar(ctx, small_config(), "inproc://registration-order")
     client = ctx.socket(zmq.DEALER)
     states = []
     try:
@@ -590,8 +593,7 @@ def test_the_data_socket_admits_exactly_the_chunks_the_replay_accepts(capacity: 
         pytest.skip("replay buffer not available")
     config = replace(small_config(), replay=ReplayConfig(capacity=capacity))
     ctx = zmq.Context()
-    registrar = Registrar(SPEC, {}, ctx, transport=config.transport, collectors=config.collectors,
-                          replay=config.replay, welcome_config=config.to_dict(), control_endpoint="tcp://127.0.0.1:0")
+    registrar = make_registrar(ctx, config, "tcp://127.0.0.1:0")
     registrar.close()
     ctx.term()
     frame_bytes = int(np.prod(SPEC.obs_shape)) * SPEC.obs_dtype.itemsize  # 7056: more than the limit's slack
