@@ -226,7 +226,7 @@ class HeadLink:
         self.stop_requested = False
         self.weight_version = 0  # version the collector acts with (set by the collector)
         self._weights: list[Any] | None = None
-        self._weights_version = -1
+        self._weights_version = -1  # the newest version kept or taken: -1 before any, so version 0 is taken too
         self.sent_messages = 0
 
     # ------------------------------------------------------------------ incoming
@@ -241,7 +241,7 @@ class HeadLink:
                 log.warning("ignoring bad message from head: %s", exc.reason)
                 continue
             self.last_head = time.monotonic()
-            if header.msg_type == WEIGHTS and header.weight_version > max(self._weights_version, self.weight_version):
+            if header.msg_type == WEIGHTS and header.weight_version > self._weights_version:
                 self._weights, self._weights_version = parts, header.weight_version
             elif header.msg_type == STOP:
                 self.stop_requested = True

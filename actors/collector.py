@@ -85,7 +85,8 @@ class Collector:
             torch.manual_seed(base)
             self.net = build_q_network_for(spec, config.learner).eval()
         self.noisy = config.learner.noisy_sigma > 0
-        self.weight_version = 0
+        self.weight_version = 0  # stamped on messages: 0 until weights are loaded, then their version
+        self.loaded_version = -1  # -1: acting with the initial network, so any version (0 included) is newer
         self.rng = np.random.default_rng(base)
         c = config.collectors
         self.repeat = (ActionRepeat(k, c.explore_repeat_mu, c.explore_repeat_max, self.rng)
@@ -126,11 +127,12 @@ class Collector:
         return np.array([annealed_epsilon(e, self.weight_version, self.eps_decay_updates) for e in self.epsilons])
 
     def load_weights(self, version: int, state: Mapping[str, torch.Tensor]) -> bool:
-        """Load `state` if `version` is newer than ours (the link has checked names, shapes and dtypes)."""
-        if version <= self.weight_version:
+        """Load `state` if `version` is newer than the last loaded (the link has checked names, shapes and dtypes).
+        Version 0 is the head's starting network, another run's with `learner.init_from`: never skipped."""
+        if version <= self.loaded_version:
             return False
         self.net.load_state_dict(state)
-        self.weight_version = self.link.weight_version = version
+        self.loaded_version = self.weight_version = self.link.weight_version = version
         return True
 
     def step(self) -> bool:

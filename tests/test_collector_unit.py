@@ -125,6 +125,20 @@ def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     col.close()
 
 
+def test_version_0_replaces_the_initial_network_once() -> None:
+    """Version 0 is the head's starting network (another run's trained one with `learner.init_from`): a collector
+    still acting with its own initial network loads it; a second copy of it (re-sent to a late subscriber) is not
+    newer than what it loaded, so it is ignored."""
+    col = small_collector(FakeLink())
+    donor = small_collector(FakeLink(), collector_id=3).net
+    assert col.load_weights(0, cpu_state(donor.state_dict()))
+    assert all(torch.equal(col.net.state_dict()[k], v) for k, v in donor.state_dict().items())
+    assert col.weight_version == 0
+    assert not col.load_weights(0, cpu_state(small_collector(FakeLink(), collector_id=4).net.state_dict()))
+    assert all(torch.equal(col.net.state_dict()[k], v) for k, v in donor.state_dict().items())
+    col.close()
+
+
 def test_initial_network_is_drawn_from_the_run_seed_and_collector_id() -> None:
     """Before the first weights arrive a collector acts with its own initial network: the same seed and id draw
     the same network (a run's first episodes repeat), another id another one, and the global RNG is left alone."""
@@ -219,6 +233,46 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
     finally:
         link.close()
         ctx.term()
+
+
+def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
+    """A real publisher sends version 0 (as a head started from another run's network does, before its first
+    update) and re-sends it to a subscriber that joins late: the link takes it, and the collector acts with it."""
+    import zmq
+
+    from actors.client import HeadLink, Welcome
+    from learner.broadcast import WeightPublisher
+    from tests.cluster_helpers import wait_for
+
+    col = small_collector(FakeLink())
+    donor = small_collector(FakeLink(), collector_id=3).net
+    template = {k: v.to("meta") for k, v in donor.state_dict().items()}
+    ctx = zmq.Context()
+    pub = WeightPublisher(["tcp://127.0.0.1:0"], context=ctx, heartbeat_s=0.05)
+    link = None
+    try:
+        pub.publish(0, donor.state_dict())
+        welcome = Welcome(1, "inproc://nowhere-data", pub.endpoints[0], 0.1, 1, 0, Config(), b"tok")
+        link = HeadLink(ctx, welcome, template)
+        taken: list = []
+
+        def took() -> bool:
+            link.poll_head()
+            got = link.take_weights()
+            if got is not None:
+                taken.append(got)
+            return bool(taken)
+
+        assert wait_for(took, 30, 0.01), "the version-0 broadcast never reached the link"
+        version, state = taken[0]
+        assert version == 0 and col.load_weights(version, state)
+        assert all(torch.equal(col.net.state_dict()[k], v) for k, v in donor.state_dict().items())
+    finally:
+        if link is not None:
+            link.close()
+        pub.close()
+        ctx.term()
+        col.close()
 
 
 def _welcome_json(**changes: Any) -> dict[str, Any]:
