@@ -105,6 +105,11 @@ def small_collector(link: FakeLink, collector_id: int = 2) -> Collector:
     return Collector(cfg, collector_id=collector_id, epsilon=0.5, link=link)
 
 
+def meta_template(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The layout a link checks WEIGHTS against (names, shapes, dtypes; no memory), as `network_template` builds."""
+    return {k: v.to("meta") for k, v in net.state_dict().items()}
+
+
 def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
     link = FakeLink()
     col = small_collector(link)
@@ -217,7 +222,7 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
     from actors.client import HeadLink, Welcome
 
     donor = small_collector(FakeLink()).net
-    template = {k: v.to("meta") for k, v in donor.state_dict().items()}
+    template = meta_template(donor)
     ctx = zmq.Context()
     welcome = Welcome(1, "inproc://nowhere-data", "inproc://nowhere-weights", 0.1, 1, 0, Config(), b"tok")
     link = HeadLink(ctx, welcome, template)
@@ -246,7 +251,7 @@ def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
 
     col = small_collector(FakeLink())
     donor = small_collector(FakeLink(), collector_id=3).net
-    template = {k: v.to("meta") for k, v in donor.state_dict().items()}
+    template = meta_template(donor)
     ctx = zmq.Context()
     pub = WeightPublisher(["tcp://127.0.0.1:0"], context=ctx, heartbeat_s=0.05)
     link = None
@@ -303,7 +308,7 @@ def test_a_link_that_cannot_connect_raises_and_leaves_no_socket_open() -> None:
 
     from actors.client import HeadLink, RegistrationError, Welcome
 
-    template = {k: v.to("meta") for k, v in small_collector(FakeLink()).net.state_dict().items()}
+    template = meta_template(small_collector(FakeLink()).net)
     ctx = zmq.Context()
     for data, weights in (("tcp://", "inproc://w"), ("inproc://d", "tcp://")):  # schemes fine, addresses not
         with pytest.raises(RegistrationError, match="cannot use its endpoints") as failed:
