@@ -17,7 +17,7 @@ from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_ind
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.fake_env import decode_frame
 from shared.protocol import EpisodeSummary
-from shared.weights import cpu_state, encode_weights
+from shared.weights import cpu_state, encode_weights, network_template
 
 
 @pytest.mark.parametrize("n,stack,chunk_steps", [(3, 4, 8), (1, 1, 5), (5, 4, 3), (3, 2, 40)])
@@ -103,11 +103,6 @@ def small_collector(link: FakeLink, collector_id: int = 2) -> Collector:
     cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
                   collectors=CollectorConfig(envs_per_collector=3, chunk_steps=16), learner=LearnerConfig(hidden=16))
     return Collector(cfg, collector_id=collector_id, epsilon=0.5, link=link)
-
-
-def meta_template(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The layout a link checks WEIGHTS against (names, shapes, dtypes; no memory), as `network_template` builds."""
-    return {k: v.to("meta") for k, v in net.state_dict().items()}
 
 
 def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
@@ -221,8 +216,9 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
 
     from actors.client import HeadLink, Welcome
 
-    donor = small_collector(FakeLink()).net
-    template = meta_template(donor)
+    donor_collector = small_collector(FakeLink())
+    donor = donor_collector.net
+    template = network_template(donor_collector.config)
     ctx = zmq.Context()
     welcome = Welcome(1, "inproc://nowhere-data", "inproc://nowhere-weights", 0.1, 1, 0, Config(), b"tok")
     link = HeadLink(ctx, welcome, template)
@@ -251,7 +247,7 @@ def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
 
     col = small_collector(FakeLink())
     donor = small_collector(FakeLink(), collector_id=3).net
-    template = meta_template(donor)
+    template = network_template(col.config)
     ctx = zmq.Context()
     pub = WeightPublisher(["tcp://127.0.0.1:0"], context=ctx, heartbeat_s=0.05)
     link = None
@@ -308,7 +304,7 @@ def test_a_link_that_cannot_connect_raises_and_leaves_no_socket_open() -> None:
 
     from actors.client import HeadLink, RegistrationError, Welcome
 
-    template = meta_template(small_collector(FakeLink()).net)
+    template = network_template(small_collector(FakeLink()).config)
     ctx = zmq.Context()
     for data, weights in (("tcp://", "inproc://w"), ("inproc://d", "tcp://")):  # schemes fine, addresses not
         with pytest.raises(RegistrationError, match="cannot use its endpoints") as failed:
