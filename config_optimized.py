@@ -224,8 +224,9 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # epsilon (collectors.eps_base=0.05, eps_alpha=0) and learner.target_epsilon=0.05 took 1-2 from 17% to 37% flags at
 # epsilon 0.05 in 205k env steps and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every
 # collector at epsilon 0.05", "The epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on
-# 1-3 at lr 1e-4 moved it within the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"). From
-# scratch one epsilon for all streams would explore too little: untested.
+# 1-3 at lr 1e-4 moved it within the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the
+# shipped 1-1 network 142k env steps of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped
+# 1-1 network"). From scratch one epsilon for all streams would explore too little: untested.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
