@@ -99,10 +99,13 @@ class FakeLink:
         pass
 
 
+def small_config() -> Config:
+    return replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                   collectors=CollectorConfig(envs_per_collector=3, chunk_steps=16), learner=LearnerConfig(hidden=16))
+
+
 def small_collector(link: FakeLink, collector_id: int = 2) -> Collector:
-    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
-                  collectors=CollectorConfig(envs_per_collector=3, chunk_steps=16), learner=LearnerConfig(hidden=16))
-    return Collector(cfg, collector_id=collector_id, epsilon=0.5, link=link)
+    return Collector(small_config(), collector_id=collector_id, epsilon=0.5, link=link)
 
 
 def test_collector_loop_emits_chunks_episodes_and_loads_weights() -> None:
@@ -216,9 +219,8 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
 
     from actors.client import HeadLink, Welcome
 
-    donor_collector = small_collector(FakeLink())
-    donor = donor_collector.net
-    template = network_template(donor_collector.config)
+    donor = small_collector(FakeLink()).net
+    template = network_template(small_config())
     ctx = zmq.Context()
     welcome = Welcome(1, "inproc://nowhere-data", "inproc://nowhere-weights", 0.1, 1, 0, Config(), b"tok")
     link = HeadLink(ctx, welcome, template)
@@ -247,7 +249,7 @@ def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
 
     col = small_collector(FakeLink())
     donor = small_collector(FakeLink(), collector_id=3).net
-    template = network_template(col.config)
+    template = network_template(small_config())
     ctx = zmq.Context()
     pub = WeightPublisher(["tcp://127.0.0.1:0"], context=ctx, heartbeat_s=0.05)
     link = None
@@ -304,7 +306,7 @@ def test_a_link_that_cannot_connect_raises_and_leaves_no_socket_open() -> None:
 
     from actors.client import HeadLink, RegistrationError, Welcome
 
-    template = network_template(small_collector(FakeLink()).config)
+    template = network_template(small_config())
     ctx = zmq.Context()
     for data, weights in (("tcp://", "inproc://w"), ("inproc://d", "tcp://")):  # schemes fine, addresses not
         with pytest.raises(RegistrationError, match="cannot use its endpoints") as failed:
