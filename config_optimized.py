@@ -221,12 +221,17 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # NoisyNet (learner.noisy_sigma=0.5) led on seed 0 of the 1-1 proxy and fell behind on seed 1, so it stays off.
 # Resets every 20k updates at twice the updates per env step (samples_per_insert 16) lost on the 1-1 proxy's seed 0.
 # A second stage, not a preset: a trained network continued (`--init-from`) with every collector at the evaluation's
-# epsilon (collectors.eps_base=0.05, eps_alpha=0) and learner.target_epsilon=0.05 took 1-2 from 17% to 37% flags at
-# epsilon 0.05 in 205k env steps and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every
-# collector at epsilon 0.05", "The epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on
-# 1-3 at lr 1e-4 moved it within the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the
-# shipped 1-1 network 142k env steps of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped
-# 1-1 network"). From scratch one epsilon for all streams would explore too little: untested.
+# epsilon (collectors.eps_base=0.05, eps_alpha=0) took 1-2 from 17% to 37% flags at epsilon 0.05 in 205k env steps
+# and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every collector at epsilon 0.05", "The
+# epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on 1-3 at lr 1e-4 moved it within
+# the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the shipped 1-1 network 142k env steps
+# of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped 1-1 network"). Inside a 1-1 run from
+# 150k env steps, one seed: 12/30 at 425k against the defaults' 5-7/30 ("Robust 1-1 with an epsilon-0.05 stage").
+# Those runs also set learner.target_epsilon=0.05, which did nothing with Munchausen targets until it was fixed
+# (BENCHMARKS.md, "The epsilon-greedy bootstrap was inert with Munchausen targets"): they measured the collectors'
+# epsilon alone. In one run: collectors.eps_stage_from=<learner updates> (eps_stage 0.05); 150k env steps of 1-1 are
+# ~36k updates at the defaults' 0.24 updates per env step. From scratch one epsilon for all streams would explore too
+# little: untested.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
@@ -317,17 +322,18 @@ ATARI_PRESET: dict[str, str] = {
 # 1-3 (tree-tops over pits, moving lifts): with gamma 0.9 the first jump onto a tall tree-top is never learned
 # (evaluations ~780 x_pos for 449k env steps); gamma 0.97, whose ~33-step horizon still weighs a fall's death
 # penalty when choosing the jump, passes it from 270k env steps and reaches the first lift (evaluations to 1,387
-# by 529k), with the bootstrap valuing the epsilon-greedy policy the evaluations play. It then stalls at the lift
+# by 529k). It then stalls at the lift
 # while exploration comes from two epsilons (0.4, whose episodes rarely get that far, and 0.0007, which replays
 # the greedy route): one epsilon per env stream (16 values from 0.4 to 0.0007) gives the middle epsilons that
 # reach the lift and vary there, and the run's collectors reached the flag 12k env steps after the switch;
 # ez-greedy (held random actions) was on from 700k. One seed, resumed across these changes (BENCHMARKS.md,
 # "1-3 from scratch"); from the first step (another seed) it was still at the first tree-top at 421k env steps.
-# On 1-1 gamma 0.97 loses (2 seeds, "Per env step: the levers"): per level.
+# On 1-1 gamma 0.97 loses (2 seeds, "Per env step: the levers"): per level. That run also set
+# learner.target_epsilon=0.05, inert with Munchausen targets then (BENCHMARKS.md, "The epsilon-greedy bootstrap was
+# inert with Munchausen targets"): the preset leaves it off, which is what was measured.
 MARIO_1_3_PRESET: dict[str, str] = {
     **MARIO_PRESET,
     "replay.gamma": "0.97",
-    "learner.target_epsilon": "0.05",
     "collectors.eps_per": "stream",
     "collectors.explore_repeat_mu": "2",
 }

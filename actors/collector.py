@@ -22,7 +22,7 @@ from actors.stream import StreamRecorder
 from shared.chunk import TransitionChunk
 from shared.config import Config
 from shared.env_factory import env_spec, episode_continues, episode_info, make_env
-from shared.exploration import annealed_epsilon
+from shared.exploration import acting_epsilon
 from shared.network import build_q_network_for
 from shared.protocol import EpisodeSummary
 
@@ -68,6 +68,7 @@ class Collector:
             raise ValueError(f"epsilon: expected one value or {k} values in [0, 1], got {epsilon!r}")
         self.epsilons = eps
         self.eps_decay_updates = int(config.collectors.eps_decay_updates)
+        self.eps_stage_from, self.eps_stage = int(config.collectors.eps_stage_from), float(config.collectors.eps_stage)
         self.link = link
         self.envs = []
         for _ in range(k):  # emulators take a while to start: tell the head we are alive meanwhile
@@ -123,8 +124,10 @@ class Collector:
             return self.net(torch.from_numpy(stacks)).float().numpy()
 
     def current_epsilon(self) -> np.ndarray:
-        """Each stream's Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it."""
-        return np.array([annealed_epsilon(e, self.weight_version, self.eps_decay_updates) for e in self.epsilons])
+        """Each stream's Ape-X epsilon, or during collectors.eps_decay_updates a linear anneal from 1 down to it, or
+        from collectors.eps_stage_from on the stage's one epsilon (shared.exploration.acting_epsilon)."""
+        return np.array([acting_epsilon(e, self.weight_version, self.eps_decay_updates, self.eps_stage_from,
+                                        self.eps_stage) for e in self.epsilons])
 
     def load_weights(self, version: int, state: Mapping[str, torch.Tensor]) -> bool:
         """Load `state` if `version` is newer than the last loaded (the link has checked names, shapes and dtypes).
@@ -132,7 +135,11 @@ class Collector:
         if version <= self.loaded_version:
             return False
         self.net.load_state_dict(state)
+        staged_before = 0 < self.eps_stage_from <= self.loaded_version
         self.loaded_version = self.weight_version = self.link.weight_version = version
+        if 0 < self.eps_stage_from <= version and not staged_before:
+            log.info("collector %d: weights v%d reach collectors.eps_stage_from=%d: every stream now explores at "
+                     "eps %.4f", self.collector_id, version, self.eps_stage_from, self.eps_stage)
         return True
 
     def step(self) -> bool:

@@ -48,7 +48,7 @@ from ingest.peers import CollectorState, Verdict, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, TransportConfig
-from shared.exploration import annealed_epsilon
+from shared.exploration import acting_epsilon
 from shared.protocol import (
     BYE,
     CREDIT,
@@ -101,6 +101,7 @@ class ConsolidationThread(threading.Thread):
         self.latest_weight_version = latest_weight_version
         self.transport = t = transport
         self.eps_decay_updates = collectors.eps_decay_updates
+        self.eps_stage_from, self.eps_stage = collectors.eps_stage_from, collectors.eps_stage
         self.credit_every_s = collectors.heartbeat_s  # a CREDIT at least this often on every data socket
         # summaries carry unscaled returns; spec.max_abs_reward bounds the scaled rewards chunks carry
         self.max_abs_reward = float(spec.max_abs_reward) / float(spec.reward_scale)
@@ -438,11 +439,11 @@ class ConsolidationThread(threading.Thread):
     def stats(self) -> ConsolidationStats:
         """Counters snapshot (any thread; buffer_size() decides where the Buffer figure comes from)."""
         now = time.monotonic()
-        decay = self.eps_decay_updates  # report what collectors act with now
+        schedule = (self.eps_decay_updates, self.eps_stage_from, self.eps_stage)  # report what collectors act with now
         with self._lock:
             collectors = {
                 cid: {"host": s.host, "pid": s.pid, "slot": s.slot,
-                      "epsilon": annealed_epsilon(s.epsilon, s.weight_version, decay),
+                      "epsilon": acting_epsilon(s.epsilon, s.weight_version, *schedule),
                       "last_seen_s": now - s.last_seen, "stall_s": now - s.stall_clock,
                       "waiting": s.waiting_for_head(), "heard": s.heard, "parked": len(s.pending),
                       "weight_version": s.weight_version, "chunks": s.chunks, "transitions": s.transitions,

@@ -71,7 +71,7 @@ Reject = Callable[[str, str], None]
 WELCOME_CONFIG: dict[str, tuple[str, ...] | None] = {
     "env": None,
     "collectors": ("envs_per_collector", "chunk_steps", "heartbeat_s", "send_hwm", "eps_decay_updates",
-                   "explore_repeat_mu", "explore_repeat_max", "torch_threads"),
+                   "eps_stage_from", "eps_stage", "explore_repeat_mu", "explore_repeat_max", "torch_threads"),
     "replay": ("n_step", "gamma", "capacity"),
     "learner": ("hidden", "dueling", "encoder", "encoder_width", "quantiles", "noisy_sigma"),
     "transport": ("max_chunks_in_flight", "head_timeout_s", "socket_buffer_bytes"),

@@ -116,7 +116,8 @@ def step_config(lc: Any, replay_config: Any, policy: PrecisionPolicy, scaler: An
         polyak_tau=float(lc.polyak_tau), adam_beta1=float(betas[0]), adam_beta2=float(betas[1]),
         adam_eps=float(group["eps"]), device_type=policy.device_type, autocast_dtype=policy.autocast_dtype,
         use_scaler=policy.use_scaler, channels_last=channels_last, uniform_rows=uniform_rows,
-        munchausen=Munchausen.of(lc), quantiles=lc.quantiles > 0, target_epsilon=float(lc.target_epsilon), **growth,
+        munchausen=Munchausen.of(lc), quantiles=lc.quantiles > 0, target_epsilon=float(lc.target_epsilon),
+        target_epsilon_from=int(lc.target_epsilon_from), **growth,
     )
 
 

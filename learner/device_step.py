@@ -73,6 +73,7 @@ class StepConfig:
     munchausen: Munchausen | None = None  # the Munchausen target's constants (None: the Double DQN target)
     quantiles: bool = False  # QR-DQN: the networks give return quantiles and the loss is the quantile Huber loss
     target_epsilon: float = 0.0  # the bootstrap values the epsilon-greedy policy (learner/dqn.py)
+    target_epsilon_from: int = 0  # ... from this update on (the counter in StepState.updates); 0: every update
 
 
 @dataclass
@@ -111,6 +112,9 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
     """(gradients in `s.params` order -- of the scaled loss under fp16 --, loss, |TD| [B], Q sum) of the batch."""
     params = dict(zip(s.names, s.params, strict=True))
     target_params = dict(zip(s.names, s.target_params, strict=True))
+    target_epsilon: float | torch.Tensor = cfg.target_epsilon
+    if cfg.target_epsilon > 0 and cfg.target_epsilon_from > 0:  # switched by the counter: a tensor, no branch
+        target_epsilon = torch.where(s.updates >= cfg.target_epsilon_from, cfg.target_epsilon, 0.0).float()
 
     def micro_loss(p: dict[str, torch.Tensor], obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                    discounts: torch.Tensor, next_obs: torch.Tensor, weights: torch.Tensor):
@@ -120,7 +124,7 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
                            lambda x: functional_call(target, target_params, (x,), kwargs),
                            obs, actions, returns, discounts, next_obs, weights, cfg.double_q,
                            normalizer=float(cfg.batch), munchausen=cfg.munchausen, quantiles=cfg.quantiles,
-                           target_epsilon=cfg.target_epsilon)
+                           target_epsilon=target_epsilon)
         scaled = out.loss * s.scale if cfg.use_scaler else out.loss
         return scaled, (out.loss.detach(), out.td_abs, out.q_mean)
 

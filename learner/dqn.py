@@ -27,9 +27,17 @@ rather than the greedy one (Expected SARSA toward that policy):
 
     y = R^(n) + gamma^m * ((1 - eps) * Q_target(s', a*) + eps * mean_a' Q_target(s', a'))
 
-and with Munchausen the soft value's weights become (1 - eps) * pi(.|s') + eps / A (the log-policy
-term stays pi's). A state where one random action is fatal (mid-jump over a pit) is worth less
-under it, so the learned route keeps margins the greedy target does not reward.
+and with Munchausen the soft value of the softmax policy is mixed the same way:
+
+    y = R^(n) + bonus + gamma^m * ((1 - eps) * sum_a' pi(a'|s') * (Q_target(s', a') - tau * log pi(a'|s'))
+                                   + eps * mean_a' Q_target(s', a'))
+
+(Reweighting the soft value's terms instead would change nothing: Q - tau * log pi is the same
+tau * logsumexp(Q / tau) for every action, so any weights summing to 1 give the same value.) A state
+where one random action is fatal (mid-jump over a pit) is worth less
+under it, so the learned route keeps margins the greedy target does not reward. `target_epsilon` may
+be a 0-dim tensor (the learner's switch at `learner.target_epsilon_from`, inside a compiled step):
+then the mix is always computed, and eps = 0 gives the greedy target.
 
 With n-step returns the bonus is added for the first step only: the replay stores the first action
 and R^(n), not the actions and states in between, so the later steps' log-policy terms are unknown.
@@ -85,6 +93,12 @@ class LossOutput:
     unweighted_loss: torch.Tensor  # scalar, mean huber without importance weights, detached
 
 
+def _mixes(target_epsilon: float | torch.Tensor) -> bool:
+    """Whether the bootstrap mixes in the uniform policy: a positive float, or any tensor (its value may be 0 now and
+    not later, and a compiled step must not branch on it)."""
+    return isinstance(target_epsilon, torch.Tensor) or target_epsilon > 0
+
+
 def td_targets(
     online: nn.Module,
     target: nn.Module,
@@ -92,7 +106,7 @@ def td_targets(
     returns: torch.Tensor,
     discounts: torch.Tensor,
     double_q: bool = True,
-    target_epsilon: float = 0.0,
+    target_epsilon: float | torch.Tensor = 0.0,
 ) -> torch.Tensor:
     """y = returns + discounts * Q_target(s', a*) as float32 [B], without a graph; with `target_epsilon` the
     bootstrap is the epsilon-greedy policy's expectation (module docstring)."""
@@ -103,7 +117,7 @@ def td_targets(
         else:
             best = q_next_target.argmax(dim=1, keepdim=True)
         bootstrap = q_next_target.gather(1, best).squeeze(1)
-        if target_epsilon > 0:
+        if _mixes(target_epsilon):
             bootstrap = (1.0 - target_epsilon) * bootstrap + target_epsilon * q_next_target.mean(dim=1)
         return returns.float() + discounts.float() * bootstrap
 
@@ -116,7 +130,7 @@ def munchausen_targets(
     returns: torch.Tensor,
     discounts: torch.Tensor,
     m: Munchausen,
-    target_epsilon: float = 0.0,
+    target_epsilon: float | torch.Tensor = 0.0,
 ) -> torch.Tensor:
     """y = returns + bonus(s, a) + discounts * soft value of Q_target at s' (module docstring), float32 [B]."""
     with torch.no_grad():
@@ -125,10 +139,9 @@ def munchausen_targets(
         bonus = m.alpha * tau_logpi_now.gather(1, actions.long().view(-1, 1)).squeeze(1).clamp(m.clip, 0.0)
         q_next = target(next_obs).float()
         logpi_next = F.log_softmax(q_next / m.tau, dim=1)
-        weights = logpi_next.exp()
-        if target_epsilon > 0:
-            weights = (1.0 - target_epsilon) * weights + target_epsilon / q_next.shape[1]
-        soft_value = (weights * (q_next - m.tau * logpi_next)).sum(dim=1)
+        soft_value = (logpi_next.exp() * (q_next - m.tau * logpi_next)).sum(dim=1)
+        if _mixes(target_epsilon):
+            soft_value = (1.0 - target_epsilon) * soft_value + target_epsilon * q_next.mean(dim=1)
         return returns.float() + bonus + discounts.float() * soft_value
 
 
@@ -180,7 +193,7 @@ def dqn_loss(
     normalizer: float | None = None,
     munchausen: Munchausen | None = None,
     quantiles: bool = False,
-    target_epsilon: float = 0.0,
+    target_epsilon: float | torch.Tensor = 0.0,
 ) -> LossOutput:
     """Importance-weighted Huber loss of one (micro-)batch.
 
@@ -201,7 +214,7 @@ def dqn_loss(
     if quantiles:
         if munchausen is not None:
             raise ValueError("dqn_loss: Munchausen targets and quantiles exclude each other")
-        if target_epsilon > 0:
+        if _mixes(target_epsilon):
             raise ValueError("dqn_loss: target_epsilon applies to scalar heads, not quantiles")
         return _quantile_loss(online, target, obs, actions, returns, discounts, next_obs, weights, double_q,
                               normalizer)

@@ -51,6 +51,7 @@ class UpdateParts(Protocol):
     compiled: bool
     geometry: dict[str, Any]
     _device_skip: bool
+    updates: int  # updates done before this one (learner.target_epsilon_from is counted in these)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,12 @@ def compile_networks(parts: UpdateParts, mode: str) -> Compiled:
         return Compiled(parts.online, parts.target, False, error, time.perf_counter() - t0)
 
 
+def bootstrap_epsilon(lc: LearnerConfig, updates: int) -> float:
+    """The bootstrap's epsilon for the update after `updates` done: learner.target_epsilon from update
+    learner.target_epsilon_from on, 0 (the greedy bootstrap) before it."""
+    return float(lc.target_epsilon) if updates >= lc.target_epsilon_from else 0.0
+
+
 def dummy_batch(parts: UpdateParts) -> SampleBatch:
     """An all-zero effective batch of the learner's geometry (compile warm-up)."""
     b, shape = parts.batch_per_update, (parts.geometry["stack"], *parts.geometry["obs_shape"])
@@ -107,6 +114,7 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
     td_parts, loss_total, q_total = [], torch.zeros((), device=parts.device), torch.zeros((), device=parts.device)
     munchausen = Munchausen.of(lc)
     quantiles = lc.quantiles > 0
+    target_epsilon = bootstrap_epsilon(lc, parts.updates)
     if quantiles:  # QR-DQN: the loss reads the return quantiles, not their mean
         def fwd_online(x: torch.Tensor) -> torch.Tensor:
             return parts.fwd_online(x, quantiles=True)
@@ -124,7 +132,7 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
         with parts.precision.autocast():
             out = dqn_loss(fwd_online, fwd_target, obs, batch.actions[sl], batch.returns[sl],
                            batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n),
-                           munchausen=munchausen, quantiles=quantiles, target_epsilon=float(lc.target_epsilon))
+                           munchausen=munchausen, quantiles=quantiles, target_epsilon=target_epsilon)
         parts.scaler.scale(out.loss).backward()
         td_parts.append(out.td_abs)
         loss_total = loss_total + out.loss.detach()

@@ -89,6 +89,11 @@ class CollectorConfig:
     # >0: every collector starts fully random and anneals linearly to its Ape-X epsilon over this many
     # learner updates (read from the weight version, so restarts and remote collectors agree); 0 = fixed
     eps_decay_updates: int = 0
+    # >0: a second exploration stage: from this learner update (read from the weight version) every env stream acts
+    # at eps_stage instead of its Ape-X epsilon, so the replay fills with the episodes an evaluation at that epsilon
+    # plays (pair it with learner.target_epsilon and target_epsilon_from). 0 = no stage
+    eps_stage_from: int = 0
+    eps_stage: float = 0.05  # the epsilon of every stream from eps_stage_from on
     # >0: temporally extended epsilon-greedy (ez-greedy, Dabney et al. 2021): an exploratory step holds its random
     # action for n steps, P(n) ~ n ** -mu (the paper's mu = 2), n <= explore_repeat_max; 0 = plain epsilon-greedy.
     # Tries behaviours one-step exploration almost never does (a jump held long enough to climb a high step)
@@ -133,6 +138,7 @@ class LearnerConfig:
     # toward what the evaluations play, epsilon 0.05): routes where one random action is fatal score lower.
     # 0 = off (the greedy bootstrap); not with quantiles
     target_epsilon: float = 0.0
+    target_epsilon_from: int = 0  # the first learner update whose bootstrap uses target_epsilon (0: every update)
     # QR-DQN (Dabney et al. 2017): the head outputs this many quantiles of the return per action, trained with the
     # quantile Huber loss; acting and the bootstrap action use their mean. 0 = off (one value per action); paper 200
     quantiles: int = 0

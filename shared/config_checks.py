@@ -183,6 +183,8 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
     _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
     _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
+    _int_range("collectors.eps_stage_from", c.eps_stage_from, 0)
+    _float_range("collectors.eps_stage", c.eps_stage, 0.0, 1.0)
     if c.explore_repeat_mu != 0:  # 0 = off; on, the zeta distribution needs mu > 1
         _float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
     _int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
@@ -281,6 +283,10 @@ def check_levers(cfg: Config) -> None:
     _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
     _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
     _float_range("learner.target_epsilon", lrn.target_epsilon, 0.0, 1.0)
+    _int_range("learner.target_epsilon_from", lrn.target_epsilon_from, 0)
+    if lrn.target_epsilon_from > 0 and lrn.target_epsilon == 0:
+        _fail("learner.target_epsilon_from", lrn.target_epsilon_from, "0 with learner.target_epsilon=0 (it says from "
+              "which update the epsilon-greedy bootstrap applies: set learner.target_epsilon too)")
     if lrn.quantiles > 0 and lrn.target_epsilon > 0:
         _fail("learner.target_epsilon", lrn.target_epsilon, f"0 with learner.quantiles={lrn.quantiles} (the "
               "epsilon-greedy bootstrap is built for one value per action: set learner.target_epsilon=0)")

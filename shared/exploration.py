@@ -15,6 +15,15 @@ def annealed_epsilon(final: float, weight_version: int, decay_updates: int) -> f
     return float(final) + (1.0 - float(final)) * remaining
 
 
+def acting_epsilon(apex: float, weight_version: int, decay_updates: int, stage_from: int, stage: float) -> float:
+    """The epsilon a stream whose Ape-X epsilon is `apex` acts with at `weight_version`: `stage` from learner update
+    `stage_from` on (collectors.eps_stage_from > 0), else `annealed_epsilon`. The same clock as the anneal: a
+    restarted or remote collector switches when the others do, within one weight broadcast of the learner."""
+    if stage_from > 0 and weight_version >= stage_from:
+        return float(stage)
+    return annealed_epsilon(apex, weight_version, decay_updates)
+
+
 def stream_epsilons(first: int, count: int, total: int, base: float, alpha: float) -> list[float]:
     """Ape-X per env stream: stream i explores with eps_i = base ** (1 + alpha * i / (total - 1)).
 

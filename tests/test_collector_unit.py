@@ -174,6 +174,34 @@ def test_epsilon_anneals_from_one_by_weight_version() -> None:
     fixed.close()
 
 
+def test_every_stream_takes_the_stage_epsilon_from_its_update() -> None:
+    """collectors.eps_stage_from: the Ape-X epsilons (annealed, if eps_decay_updates says so) up to that weight
+    version, then the stage's one epsilon on every stream; a collector that joins later switches by the same
+    clock."""
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(envs_per_collector=2, chunk_steps=16, eps_decay_updates=1000,
+                                             eps_stage_from=3000, eps_stage=0.05),
+                  learner=LearnerConfig(hidden=16))
+    col = Collector(cfg, collector_id=1, epsilon=[0.4, 0.01], link=FakeLink())
+    assert col.current_epsilon() == pytest.approx([1.0, 1.0])
+    col.weight_version = 500
+    assert col.current_epsilon() == pytest.approx([0.7, 0.505])
+    col.weight_version = 2999
+    assert col.current_epsilon() == pytest.approx([0.4, 0.01])
+    col.weight_version = 3000
+    assert col.current_epsilon() == pytest.approx([0.05, 0.05])
+    donor = Collector(cfg, collector_id=2, epsilon=[0.4, 0.01], link=FakeLink())
+    late = Collector(cfg, collector_id=3, epsilon=[0.3, 0.02], link=FakeLink())
+    assert late.load_weights(3100, cpu_state(donor.net.state_dict()))
+    assert late.current_epsilon() == pytest.approx([0.05, 0.05])
+    for c in (col, donor, late):
+        c.close()
+    off = small_collector(FakeLink())  # eps_stage_from=0: no stage, whatever eps_stage says
+    off.weight_version = 10**9
+    assert off.current_epsilon() == pytest.approx(0.5)
+    off.close()
+
+
 def test_each_env_stream_explores_with_its_own_epsilon() -> None:
     """WELCOME's per-stream epsilons: with a flat Q (greedy = action 0), stream 0 (eps 1) acts at random,
     stream 1 (eps 0) always greedily, seen in the actions its chunks carry."""

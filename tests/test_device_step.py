@@ -110,7 +110,8 @@ def test_device_step_equals_the_eager_learner(precision: str, batch: int, accum:
 
 
 LEVERS = {"munchausen": {"munchausen_alpha": 0.9}, "quantiles": {"quantiles": 4},
-          "target_epsilon": {"target_epsilon": 0.05, "munchausen_alpha": 0.9}}
+          "target_epsilon": {"target_epsilon": 0.05, "munchausen_alpha": 0.9},
+          "target_epsilon_from": {"target_epsilon": 0.05, "munchausen_alpha": 0.9, "target_epsilon_from": 2}}
 
 
 @pytest.mark.parametrize("lever", LEVERS)

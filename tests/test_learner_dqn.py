@@ -208,7 +208,8 @@ def test_munchausen_is_off_at_alpha_zero() -> None:
 
 def test_target_epsilon_bootstraps_the_epsilon_greedy_policy_by_hand() -> None:
     """eps = 0.2 over two actions: the bootstrap is 0.8 x Q_target(s', a*) + 0.2 x mean Q_target(s', .); the
-    Munchausen soft value weighs (q - tau log pi) by 0.8 x pi + 0.2 / 2; eps = 0 is the plain target."""
+    Munchausen one 0.8 x the soft value + 0.2 x mean Q_target(s', .), which differs from eps = 0's; eps = 0 is the
+    plain target."""
     online = TableQ([[0.0, 0.0], [1.0, 5.0]])
     target = TableQ([[0.0, 1.0], [3.0, -2.0]])
     obs, actions, next_obs = torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([1, 1])
@@ -221,10 +222,14 @@ def test_target_epsilon_bootstraps_the_epsilon_greedy_policy_by_hand() -> None:
     y = munchausen_targets(target, obs, actions, next_obs, returns, discounts, m, target_epsilon=0.2)
     log_z = math.log(math.exp(3.0) + math.exp(-2.0))
     log_pi = [3.0 - log_z, -2.0 - log_z]
-    soft_v = sum((0.8 * math.exp(lp) + 0.1) * (q - lp) for lp, q in zip(log_pi, [3.0, -2.0], strict=True))
+    soft_v = sum(math.exp(lp) * (q - lp) for lp, q in zip(log_pi, [3.0, -2.0], strict=True))  # = log_z
     log_z0 = math.log(1.0 + math.exp(1.0))
     bonus = [0.9 * max(0.0 - log_z0, -1.0), 0.9 * (1.0 - log_z0)]
-    assert y.tolist() == pytest.approx([1.0 + bonus[0] + 0.5 * soft_v, 1.0 + bonus[1]], rel=1e-6)
+    mixed = 0.8 * soft_v + 0.2 * 0.5
+    assert y.tolist() == pytest.approx([1.0 + bonus[0] + 0.5 * mixed, 1.0 + bonus[1]], rel=1e-6)
+    y0 = munchausen_targets(target, obs, actions, next_obs, returns, discounts, m)
+    assert y0.tolist() == pytest.approx([1.0 + bonus[0] + 0.5 * soft_v, 1.0 + bonus[1]], rel=1e-6)
+    assert y[0] < y0[0] - 0.1  # the random action's lower value lowers the bootstrap
     with pytest.raises(ValueError, match="not quantiles"):
         dqn_loss(online, target, obs, actions, returns, discounts, next_obs, torch.ones(2), quantiles=True,
                  target_epsilon=0.1)

@@ -90,6 +90,42 @@ def test_learner_trains_on_munchausen_targets() -> None:
         learner.close()
 
 
+def test_the_epsilon_greedy_bootstrap_starts_at_its_update() -> None:
+    """learner.target_epsilon_from=2: the first two updates are the greedy-bootstrap learner's bit for bit, the third
+    writes back |y - Q(s, a)| with y the epsilon-greedy Munchausen target."""
+    levers = {"munchausen_alpha": 0.9, "target_update_every": 1000}
+    switched = make_learner(small_config(**levers, target_epsilon=0.5, target_epsilon_from=2),
+                            replay=FakeReplay(seed=2), seed=4)
+    greedy = make_learner(small_config(**levers), replay=FakeReplay(seed=2), seed=4)
+    for learner in (switched, greedy):  # the same weights with nonzero advantages: the policies are not uniform
+        g = torch.Generator().manual_seed(9)
+        with torch.no_grad():
+            for p in learner.online.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+        learner.target.load_state_dict(learner.online.state_dict())
+    try:
+        for _ in range(2):
+            a, b = switched.train_step(), greedy.train_step()
+            assert a["loss"] == b["loss"]
+        assert _equal(state_copy(switched.online), state_copy(greedy.online))
+        online, target, probe = copy.deepcopy(switched.online), copy.deepcopy(switched.target), copy.deepcopy(
+            switched.replay)
+        b = probe.sample(switched.batch_per_update, switched.beta())
+        switched.train_step()
+        greedy.train_step()
+        with torch.no_grad():
+            q = online(b.obs).gather(1, b.actions.view(-1, 1)).squeeze(1)
+            m = Munchausen(0.9, 0.03, -1.0)
+            y_eps = munchausen_targets(target, b.obs, b.actions, b.next_obs, b.returns, b.discounts, m, 0.5)
+            y_greedy = munchausen_targets(target, b.obs, b.actions, b.next_obs, b.returns, b.discounts, m)
+        np.testing.assert_allclose(switched.replay.priorities[b.indices], (y_eps - q).abs().numpy() + 1e-6,
+                                   rtol=1e-5, atol=1e-6)
+        assert (y_eps - y_greedy).abs().max() > 1e-3  # the epsilon-greedy target is not the greedy one here
+    finally:
+        switched.close()
+        greedy.close()
+
+
 # ---------------------------------------------------------------------------- QR-DQN in the learner
 def test_learner_trains_on_quantile_targets() -> None:
     """learner.quantiles=8: the networks hold 8 quantiles per action, the priorities an update writes back are
@@ -239,6 +275,10 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.target_epsilon=-0.1"], ["learner.target_epsilon=-0.1", "[0.0, 1.0]"]),
     (["learner.quantiles=8", "learner.munchausen_alpha=0", "learner.target_epsilon=0.05"],
      ["learner.target_epsilon=0.05", "learner.quantiles=8"]),
+    (["learner.target_epsilon_from=-5"], ["learner.target_epsilon_from=-5", "[0, inf]"]),
+    (["learner.target_epsilon_from=100"], ["learner.target_epsilon_from=100", "learner.target_epsilon=0"]),
+    (["collectors.eps_stage_from=-1"], ["collectors.eps_stage_from=-1", "[0, inf]"]),
+    (["collectors.eps_stage=1.5"], ["collectors.eps_stage=1.5", "[0.0, 1.0]"]),
     (["learner.noisy_sigma=0.5", "learner.step_mode=device"], ["learner.step_mode='device'", "learner.noisy_sigma"]),
     (["collectors.explore_repeat_mu=1"], ["collectors.explore_repeat_mu=1.0", "(1.0, 100.0]"]),
     (["collectors.explore_repeat_max=0"], ["collectors.explore_repeat_max=0", "[1, 100000]"]),
