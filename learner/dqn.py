@@ -32,12 +32,12 @@ and with Munchausen the soft value of the softmax policy is mixed the same way:
     y = R^(n) + bonus + gamma^m * ((1 - eps) * sum_a' pi(a'|s') * (Q_target(s', a') - tau * log pi(a'|s'))
                                    + eps * mean_a' Q_target(s', a'))
 
-(Reweighting the soft value's terms instead would change nothing: Q - tau * log pi is the same
-tau * logsumexp(Q / tau) for every action, so any weights summing to 1 give the same value.) A state
-where one random action is fatal (mid-jump over a pit) is worth less
-under it, so the learned route keeps margins the greedy target does not reward. `target_epsilon` may
-be a 0-dim tensor (the learner's switch at `learner.target_epsilon_from`, inside a compiled step):
-then the mix is always computed, and eps = 0 gives the greedy target.
+Either way a state where one random action is fatal (mid-jump over a pit) is worth less, so the
+learned route keeps margins the greedy target does not reward. (Reweighting the soft value's terms
+by (1 - eps) * pi + eps / A would change nothing: Q - tau * log pi is the same tau * logsumexp(Q / tau)
+for every action, so any weights summing to 1 give the same value.) `target_epsilon` may be a 0-dim
+tensor (the learner's switch at `learner.target_epsilon_from`, inside a compiled step): then the
+mix is always computed, and eps = 0 gives the greedy target.
 
 With n-step returns the bonus is added for the first step only: the replay stores the first action
 and R^(n), not the actions and states in between, so the later steps' log-policy terms are unknown.
