@@ -202,6 +202,34 @@ def test_every_stream_takes_the_stage_epsilon_from_its_update() -> None:
     off.close()
 
 
+def test_the_collector_acts_at_the_stage_epsilon_once_its_weights_reach_it() -> None:
+    """Greedy streams (epsilon 0) with a flat Q always take action 0; after weights of version >= eps_stage_from
+    (eps_stage 1) they act uniformly at random: seen in the actions their chunks carry."""
+    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
+                  collectors=CollectorConfig(envs_per_collector=2, chunk_steps=16, eps_stage_from=5, eps_stage=1.0),
+                  learner=LearnerConfig(hidden=16))
+    link = FakeLink()
+    col = Collector(cfg, collector_id=1, epsilon=[0.0, 0.0], link=link, seed=3)
+    with torch.no_grad():
+        for p in col.net.parameters():
+            p.zero_()
+    flat = cpu_state(col.net.state_dict())
+
+    def actions_after(steps: int) -> np.ndarray:  # what the chunks sent during `steps` more loop steps carry
+        link.chunks.clear()
+        col.run(max_steps=col.timing.steps + steps)
+        return np.concatenate([c.actions[c.actions >= 0] for c in link.chunks])
+
+    assert col.load_weights(4, flat)
+    before = actions_after(200)
+    assert len(before) > 200 and (before == 0).all()  # version 4 < 5: the WELCOME's epsilon 0
+    assert col.load_weights(5, flat)
+    after = actions_after(300)
+    # uniform over 4 actions: 3/4 not greedy (a chunk's first steps may still be from before the switch)
+    assert len(after) > 300 and 0.6 < (after != 0).mean() < 0.9
+    col.close()
+
+
 def test_each_env_stream_explores_with_its_own_epsilon() -> None:
     """WELCOME's per-stream epsilons: with a flat Q (greedy = action 0), stream 0 (eps 1) acts at random,
     stream 1 (eps 0) always greedily, seen in the actions its chunks carry."""

@@ -204,6 +204,8 @@ def test_munchausen_is_off_at_alpha_zero() -> None:
     assert Munchausen.of(LearnerConfig(munchausen_alpha=0.0, munchausen_tau=0.5)) is None
     assert Munchausen.of(LearnerConfig(munchausen_alpha=0.9, munchausen_tau=0.03, munchausen_clip=-1.0)) == \
         Munchausen(alpha=0.9, tau=0.03, clip=-1.0)
+    assert Munchausen.of(LearnerConfig(munchausen_alpha=0.5, munchausen_tau=0.2, munchausen_clip=-0.3)) == \
+        Munchausen(alpha=0.5, tau=0.2, clip=-0.3)  # the config's values, not the paper's
 
 
 def test_target_epsilon_bootstraps_the_epsilon_greedy_policy_by_hand() -> None:
