@@ -44,6 +44,9 @@ def synthetic_chunk(transitions: int = CHUNK_TRANSITIONS, stream: int = 0) -> Tr
                            rng.random(f).astype(np.float32), flags, rng.random(f).astype(np.float32))
 
 
+MIN_MESSAGES = 8  # chunks a transport bench sends whatever its duration
+
+
 def _zmq_sender(endpoint: str, seconds: float, sockbuf: int) -> None:
     import zmq
 
@@ -58,7 +61,8 @@ def _zmq_sender(endpoint: str, seconds: float, sockbuf: int) -> None:
     chunk = synthetic_chunk()
     seq = 0
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    # at least MIN_MESSAGES: the receiver times from the first, so a starved machine still gets a rate to report
+    while seq < MIN_MESSAGES or time.monotonic() < end:
         seq += 1
         send_parts(sock, encode_chunk(chunk, 1, seq, 0))
     send_parts(sock, encode_simple(BYE, 1, seq + 1))
@@ -121,8 +125,10 @@ def _mpqueue_sender(queue: Any, seconds: float) -> None:
     state = rng.integers(0, 256, size=(STACK, *OBS), dtype=np.uint8)
     next_state = rng.integers(0, 256, size=(STACK, *OBS), dtype=np.uint8)
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    sent = 0
+    while sent < MIN_MESSAGES or time.monotonic() < end:  # as _zmq_sender: a rate even on a starved machine
         queue.put((state, 1, 0.5, next_state, False))
+        sent += 1
     queue.put(None)
 
 
