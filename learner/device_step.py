@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from learner.dqn import Munchausen, dqn_loss
+from learner.dqn import Munchausen, dqn_loss, scheduled_target_epsilon
 from replay.device_batch import DeviceBatch, sample_batch
 from replay.device_ring import MASS
 from replay.device_sampler import priority_mass
@@ -112,9 +112,7 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
     """(gradients in `s.params` order -- of the scaled loss under fp16 --, loss, |TD| [B], Q sum) of the batch."""
     params = dict(zip(s.names, s.params, strict=True))
     target_params = dict(zip(s.names, s.target_params, strict=True))
-    target_epsilon: float | torch.Tensor = cfg.target_epsilon
-    if cfg.target_epsilon > 0 and cfg.target_epsilon_from > 0:  # switched by the counter: a tensor, no branch
-        target_epsilon = torch.where(s.updates >= cfg.target_epsilon_from, cfg.target_epsilon, 0.0).float()
+    target_epsilon = scheduled_target_epsilon(cfg.target_epsilon, cfg.target_epsilon_from, s.updates)
 
     def micro_loss(p: dict[str, torch.Tensor], obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                    discounts: torch.Tensor, next_obs: torch.Tensor, weights: torch.Tensor):

@@ -93,6 +93,18 @@ class LossOutput:
     unweighted_loss: torch.Tensor  # scalar, mean huber without importance weights, detached
 
 
+def scheduled_target_epsilon(target_epsilon: float, start: int, updates: int | torch.Tensor) -> float | torch.Tensor:
+    """`target_epsilon` for the update after `updates` done, 0 (the greedy bootstrap) before update `start`.
+
+    A Python float for a host counter, or where no switch is scheduled (`start` 0); for a device counter a 0-dim
+    tensor, so a compiled step switches without a branch on a tensor value or a recompile."""
+    if target_epsilon <= 0 or start <= 0:
+        return float(target_epsilon)
+    if isinstance(updates, torch.Tensor):
+        return torch.where(updates >= start, target_epsilon, 0.0).float()
+    return float(target_epsilon) if updates >= start else 0.0
+
+
 def _mixes(target_epsilon: float | torch.Tensor) -> bool:
     """Whether the bootstrap mixes in the uniform policy: a positive float, or any tensor (its value may be 0 now and
     not later, and a compiled step must not branch on it)."""

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from learner.dqn import Munchausen, clip_gradients, dqn_loss
+from learner.dqn import Munchausen, clip_gradients, dqn_loss, scheduled_target_epsilon
 from learner.precision import PrecisionPolicy
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig
@@ -87,12 +87,6 @@ def compile_networks(parts: UpdateParts, mode: str) -> Compiled:
         return Compiled(parts.online, parts.target, False, error, time.perf_counter() - t0)
 
 
-def bootstrap_epsilon(lc: LearnerConfig, updates: int) -> float:
-    """The bootstrap's epsilon for the update after `updates` done: learner.target_epsilon from update
-    learner.target_epsilon_from on, 0 (the greedy bootstrap) before it."""
-    return float(lc.target_epsilon) if updates >= lc.target_epsilon_from else 0.0
-
-
 def dummy_batch(parts: UpdateParts) -> SampleBatch:
     """An all-zero effective batch of the learner's geometry (compile warm-up)."""
     b, shape = parts.batch_per_update, (parts.geometry["stack"], *parts.geometry["obs_shape"])
@@ -114,7 +108,7 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
     td_parts, loss_total, q_total = [], torch.zeros((), device=parts.device), torch.zeros((), device=parts.device)
     munchausen = Munchausen.of(lc)
     quantiles = lc.quantiles > 0
-    target_epsilon = bootstrap_epsilon(lc, parts.updates)
+    target_epsilon = scheduled_target_epsilon(lc.target_epsilon, lc.target_epsilon_from, parts.updates)
     if quantiles:  # QR-DQN: the loss reads the return quantiles, not their mean
         def fwd_online(x: torch.Tensor) -> torch.Tensor:
             return parts.fwd_online(x, quantiles=True)

@@ -40,7 +40,7 @@ def test_acting_epsilon_is_the_apex_value_then_the_stage_s() -> None:
 def test_a_head_s_collector_acts_at_the_stage_epsilon_once_its_weights_reach_the_stage(tmp_path) -> None:
     """The head's view of its collector (the weight version the collector stamps on what it sends, the epsilon
     that version means) moves to the stage's epsilon once the learner has published version >= eps_stage_from,
-    and the run's metrics report it."""
+    and the collector process logs its switch."""
     head = Head(staged_cartpole(), tmp_path / "run")
     stop = threading.Event()
     result: dict = {}
