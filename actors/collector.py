@@ -69,6 +69,8 @@ class Collector:
         self.epsilons = eps
         self.eps_decay_updates = int(config.collectors.eps_decay_updates)
         self.eps_stage_from, self.eps_stage = int(config.collectors.eps_stage_from), float(config.collectors.eps_stage)
+        if not 0.0 <= self.eps_stage <= 1.0:  # from the WELCOME, like the epsilons above
+            raise ValueError(f"collectors.eps_stage: expected a value in [0, 1], got {self.eps_stage!r}")
         self.link = link
         self.envs = []
         for _ in range(k):  # emulators take a while to start: tell the head we are alive meanwhile

@@ -200,6 +200,9 @@ def test_every_stream_takes_the_stage_epsilon_from_its_update() -> None:
     off.weight_version = 10**9
     assert off.current_epsilon() == pytest.approx(0.5)
     off.close()
+    bad = replace(cfg, collectors=replace(cfg.collectors, eps_stage=float("nan")))
+    with pytest.raises(ValueError, match="collectors.eps_stage"):
+        Collector(bad, collector_id=1, epsilon=[0.4, 0.01], link=FakeLink())
 
 
 def test_the_collector_acts_at_the_stage_epsilon_once_its_weights_reach_it() -> None:
