@@ -28,6 +28,7 @@ import zmq
 
 from shared.chunk import TransitionChunk
 from shared.config import Config
+from shared.config_checks import check_welcome
 from shared.keys import CurveClient
 from shared.protocol import (
     CREDIT,
@@ -131,10 +132,12 @@ def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
     if "refused" in data:
         raise RegistrationError(f"the head refused the registration: {str(data['refused'])[:300]}")
     try:
+        config = Config.from_dict(data["config"])
+        check_welcome(config)  # what this collector builds and schedules from: the head's ranges, checked here too
         return Welcome(
             int(data["collector_id"]), reachable_endpoint(_endpoint(data, "data_endpoint"), connect),
             reachable_endpoint(_endpoint(data, "weights_endpoint"), connect), float(data["epsilon"]),
-            int(data["num_collectors"]), int(data.get("slot", -1)), Config.from_dict(data["config"]),
+            int(data["num_collectors"]), int(data.get("slot", -1)), config,
             _token(data["data_token"]), tuple(_epsilons(data.get("epsilons", []))),
             _interval(data.get("credit_every_s", 0.0)),
         )

@@ -1,8 +1,9 @@
 """The rules a `Config` must satisfy, and the memory estimates behind the capacity checks.
 
-`Config.check_valid()` calls `check_all`; every failure is a `ConfigError` naming the field, the
-value and what is allowed. `check_memory` is called again by the CLI with the env's EnvSpec
-(shared/env_spec.py) once the env has been inspected.
+`Config.check_valid()` calls `check_all`; a collector calls `check_welcome` on the part of a config
+a head's WELCOME carries. Every failure is a `ConfigError` naming the field, the value and what is
+allowed. `check_memory` is called again by the CLI with the env's EnvSpec (shared/env_spec.py) once
+the env has been inspected.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from shared.config import (
     SPACE_TO_DEPTH,
     STEP_MODES,
     STORAGE_DEVICES,
+    CollectorConfig,
     Config,
     ConfigError,
+    EnvConfig,
+    LearnerConfig,
+    TransportConfig,
     is_mario,
 )
 from shared.env_spec import EnvSpec
@@ -163,39 +168,9 @@ def _network_copies(cfg: Config) -> int:
 
 def check_all(cfg: Config, available_bytes: int | None) -> None:
     e, c, r, lrn, t, lg = cfg.env, cfg.collectors, cfg.replay, cfg.learner, cfg.transport, cfg.logging
-    if not isinstance(e.env_id, str) or not e.env_id.strip():
-        _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
-    _choice("env.action_set", e.action_set, ACTION_SETS)
-    _int_range("env.frame_skip", e.frame_skip, 1, 16)
-    _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
-    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30)  # 0: the env's own; 64 x 1e30 << float32 max
-    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30)
-    _int_range("env.frame_size", e.frame_size, 16, 256)
-    _int_range("env.frame_stack", e.frame_stack, 1, 16)
-    _int_range("env.max_episode_steps", e.max_episode_steps, 1)
-    _int_range("env.noop_max", e.noop_max, 0, 1000)
-    _int_range("env.seed", e.seed, 0, 2**31 - 1)
-
-    _int_range("collectors.count", c.count, 0, 1024)
-    _int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
-    _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
-    _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
-    _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
-    _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
-    _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
-    _int_range("collectors.eps_stage_from", c.eps_stage_from, 0)
-    _float_range("collectors.eps_stage", c.eps_stage, 0.0, 1.0)
-    if c.explore_repeat_mu != 0:  # 0 = off; on, the zeta distribution needs mu > 1
-        _float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
-    _int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
-    _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
-    _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
-    _int_range("collectors.torch_threads", c.torch_threads, 1, 256)
-
-    _int_range("replay.n_step", r.n_step, 1, 64)
-    min_capacity = 4 * (c.chunk_steps + e.frame_stack + r.n_step + 8)
-    _int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
-    _float_range("replay.gamma", r.gamma, 0.0, 1.0)
+    _check_env(e)
+    _check_collectors(c)
+    _check_replay_shape(cfg)
     _float_range("replay.alpha", r.alpha, 0.0, 1.0)
     _float_range("replay.beta_start", r.beta_start, 0.0, 1.0)
     _int_range("replay.beta_steps", r.beta_steps, 1)
@@ -211,12 +186,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
     _int_range("learner.target_update_every", lrn.target_update_every, 1)
     _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
-    _int_range("learner.hidden", lrn.hidden, 1, 65536)
-    _choice("learner.encoder", lrn.encoder, ENCODERS)
-    _int_range("learner.encoder_width", lrn.encoder_width, 1, 64)
-    if lrn.encoder != "impala" and lrn.encoder_width != 1:
-        _fail("learner.encoder_width", lrn.encoder_width, f"1 with learner.encoder={lrn.encoder!r} (the width "
-              "multiplies the impala encoder's channels)")
+    _check_network(lrn)
     _choice("learner.precision", lrn.precision, PRECISIONS)
     _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
     _choice("learner.step_mode", lrn.step_mode, STEP_MODES)
@@ -255,13 +225,8 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
         _int_range("transport.port", t.port, 1024, 65000)
     _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
-    _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
     _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
-    _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
-    _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
-    if c.heartbeat_s > t.head_timeout_s / 2:  # both sides take a silence of head_timeout_s for death
-        _fail("collectors.heartbeat_s", c.heartbeat_s,
-              f"at most half of transport.head_timeout_s ({t.head_timeout_s}): heartbeats say a peer is alive")
+    _check_link(c, t)
     _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
 
     _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
@@ -272,6 +237,92 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("logging.eval_keep", lg.eval_keep, 1, 1_000)
 
     check_memory(cfg, available_bytes)
+
+
+def check_welcome(cfg: Config, available_bytes: int | None = None) -> None:
+    """The rules of the fields a collector reads, for a collector to run on the config a head's WELCOME carries (a
+    head is a peer too): the env section, the collectors section, the replay's n-step shape, the network's shape and
+    the link's limits (ingest/registration.py WELCOME_CONFIG lists them). Fields a WELCOME leaves out keep their
+    defaults, so the rules that tie them to carried ones stay with the head's `check_all`. Also refuses a network
+    whose collector copies would not fit in 80% of this machine's available memory."""
+    _check_env(cfg.env)
+    _check_collectors(cfg.collectors)
+    _check_replay_shape(cfg)
+    _check_network(cfg.learner)
+    _check_link(cfg.collectors, cfg.transport)
+    params = estimate_network_params(cfg)
+    net = 4 * params * COLLECTOR_NETWORK_COPIES
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    if net > 0.8 * available:
+        raise ConfigError(
+            f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters; a collector's "
+            f"{COLLECTOR_NETWORK_COPIES} copies of it need about {net} bytes ({net / 2**30:.2f} GiB) but only "
+            f"{available} bytes ({available / 2**30:.2f} GiB) are available; allowed: a network whose copies stay "
+            f"under 80% of available memory")
+
+
+def _check_env(e: EnvConfig) -> None:
+    if not isinstance(e.env_id, str) or not e.env_id.strip():
+        _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
+    _choice("env.action_set", e.action_set, ACTION_SETS)
+    _int_range("env.frame_skip", e.frame_skip, 1, 16)
+    _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
+    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30)  # 0: the env's own; 64 x 1e30 << float32 max
+    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30)
+    _int_range("env.frame_size", e.frame_size, 16, 256)
+    _int_range("env.frame_stack", e.frame_stack, 1, 16)
+    _int_range("env.max_episode_steps", e.max_episode_steps, 1)
+    _int_range("env.noop_max", e.noop_max, 0, 1000)
+    _int_range("env.seed", e.seed, 0, 2**31 - 1)
+
+
+def _check_collectors(c: CollectorConfig) -> None:
+    _int_range("collectors.count", c.count, 0, 1024)
+    _int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
+    _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
+    _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
+    _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
+    _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
+    _int_range("collectors.eps_stage_from", c.eps_stage_from, 0)
+    _float_range("collectors.eps_stage", c.eps_stage, 0.0, 1.0)
+    if c.explore_repeat_mu != 0:  # 0 = off; on, the zeta distribution needs mu > 1
+        _float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
+    _int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
+    _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
+    _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
+    _int_range("collectors.torch_threads", c.torch_threads, 1, 256)
+
+
+def _check_replay_shape(cfg: Config) -> None:
+    """What a collector's n-step chunks depend on; capacity must hold a few chunks with their stacks and tails."""
+    e, c, r = cfg.env, cfg.collectors, cfg.replay
+    _int_range("replay.n_step", r.n_step, 1, 64)
+    min_capacity = 4 * (c.chunk_steps + e.frame_stack + r.n_step + 8)
+    _int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
+    _float_range("replay.gamma", r.gamma, 0.0, 1.0)
+
+
+def _check_network(lrn: LearnerConfig) -> None:
+    """The Q-network's shape, which the learner and every collector build alike."""
+    _int_range("learner.hidden", lrn.hidden, 1, 65536)
+    _choice("learner.encoder", lrn.encoder, ENCODERS)
+    _int_range("learner.encoder_width", lrn.encoder_width, 1, 64)
+    if lrn.encoder != "impala" and lrn.encoder_width != 1:
+        _fail("learner.encoder_width", lrn.encoder_width, f"1 with learner.encoder={lrn.encoder!r} (the width "
+              "multiplies the impala encoder's channels)")
+    _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
+    _float_range("learner.noisy_sigma", lrn.noisy_sigma, 0.0, 10.0)
+
+
+def _check_link(c: CollectorConfig, t: TransportConfig) -> None:
+    """The limits both ends of a collector's link use."""
+    _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
+    _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
+    _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
+    if c.heartbeat_s > t.head_timeout_s / 2:  # both sides take a silence of head_timeout_s for death
+        _fail("collectors.heartbeat_s", c.heartbeat_s,
+              f"at most half of transport.head_timeout_s ({t.head_timeout_s}): heartbeats say a peer is alive")
 
 
 def check_levers(cfg: Config) -> None:
@@ -290,7 +341,6 @@ def check_levers(cfg: Config) -> None:
     if lrn.quantiles > 0 and lrn.target_epsilon > 0:
         _fail("learner.target_epsilon", lrn.target_epsilon, f"0 with learner.quantiles={lrn.quantiles} (the "
               "epsilon-greedy bootstrap is built for one value per action: set learner.target_epsilon=0)")
-    _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
     if lrn.quantiles > 0 and lrn.munchausen_alpha > 0:
         _fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "
               "targets are defined on one value per action; the Mario preset sets 0.9: add "
@@ -302,7 +352,6 @@ def check_levers(cfg: Config) -> None:
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
-    _float_range("learner.noisy_sigma", lrn.noisy_sigma, 0.0, 10.0)
     if lrn.step_mode != "eager" and lrn.noisy_sigma > 0:
         _fail("learner.step_mode", lrn.step_mode, "eager with learner.noisy_sigma set (the device step does not draw "
               "NoisyNet noise: set learner.step_mode=eager or learner.noisy_sigma=0)")

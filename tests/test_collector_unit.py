@@ -13,6 +13,7 @@ import torch
 import shared.fake_env  # noqa: F401
 from actors.collector import Collector
 from actors.stream import StreamRecorder
+from config_optimized import load_config
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.fake_env import decode_frame
@@ -357,6 +358,53 @@ def test_a_welcome_with_unusable_endpoints_or_token_is_refused_by_name(key: str,
     assert _parse_welcome(_welcome_json(), "tcp://127.0.0.1:5555").data_token[0] == 0x63  # the unchanged one is fine
     with pytest.raises(RegistrationError, match=f"unusable WELCOME: {key}"):
         _parse_welcome(_welcome_json(**{key: value}), "tcp://127.0.0.1:5555")
+
+
+MARIO = "SuperMarioBros-1-1-v0"
+
+
+def _welcome_with(section: str, field: str, value: Any) -> dict[str, Any]:
+    from ingest.registration import collector_config
+
+    config = collector_config(load_config("cpu", [f"env.env_id={MARIO}"]).to_dict())  # what a Mario head sends
+    config[section][field] = value
+    return _welcome_json(config=config)
+
+
+def test_a_real_heads_welcome_config_passes_the_collectors_checks() -> None:
+    from actors.client import _parse_welcome
+    from ingest.registration import collector_config
+
+    for env_id in (MARIO, "CartPole-v1", "ApeXCounting-v0", "ALE/Pong-v5"):
+        sent = collector_config(load_config("auto", [f"env.env_id={env_id}"]).check_valid().to_dict())
+        assert _parse_welcome(_welcome_json(config=sent), "tcp://127.0.0.1:5555").config.env.env_id == env_id
+
+
+@pytest.mark.parametrize(("section", "field", "value"), [
+    ("collectors", "eps_decay_updates", -5), ("collectors", "eps_stage_from", -1), ("collectors", "eps_stage", 1.5),
+    ("collectors", "chunk_steps", 0), ("collectors", "envs_per_collector", 100_000), ("collectors", "send_hwm", 0),
+    ("collectors", "heartbeat_s", 0.0), ("collectors", "torch_threads", 10_000), ("collectors", "explore_repeat_mu", 0.5),
+    ("env", "frame_skip", 0), ("env", "frame_stack", 99), ("env", "frame_size", 4096), ("replay", "n_step", 0),
+    ("replay", "gamma", 2.0), ("replay", "capacity", 8), ("learner", "hidden", 10**9), ("learner", "encoder", "vit"),
+    ("learner", "quantiles", -3), ("learner", "noisy_sigma", float("inf")), ("transport", "head_timeout_s", -1.0),
+    ("transport", "max_chunks_in_flight", -2), ("transport", "socket_buffer_bytes", 1 << 40),
+])
+def test_a_welcome_config_out_of_range_is_refused_by_name(section: str, field: str, value: Any) -> None:
+    """A head is a peer: a collector checks the config it is sent with the head's own rules before building
+    anything from it, and names the field."""
+    from actors.client import RegistrationError, _parse_welcome
+
+    with pytest.raises(RegistrationError, match=f"unusable WELCOME: {section}.{field}="):
+        _parse_welcome(_welcome_with(section, field, value), "tcp://127.0.0.1:5555")
+
+
+def test_a_welcome_network_too_large_for_this_machine_is_refused() -> None:
+    from shared.config_checks import check_welcome
+
+    config = load_config("cpu", [f"env.env_id={MARIO}", "learner.hidden=512"])
+    check_welcome(config, available_bytes=8 << 30)
+    with pytest.raises(ValueError, match="learner.hidden=512 makes a Q-network"):
+        check_welcome(config, available_bytes=1 << 20)
 
 
 @pytest.mark.timeout(60)  # a socket left open by the failed link made term() wait forever
