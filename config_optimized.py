@@ -225,8 +225,9 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every collector at epsilon 0.05", "The
 # epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on 1-3 at lr 1e-4 moved it within
 # the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the shipped 1-1 network 142k env steps
-# of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped 1-1 network"). Inside a 1-1 run from
-# 150k env steps, one seed: 12/30 at 425k against the defaults' 5-7/30 ("Robust 1-1 with an epsilon-0.05 stage").
+# of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped 1-1 network"). Inside 1-1 runs from
+# 150k env steps, three seeds: best head evaluation by 400k 6, 2, 3/10 against the defaults' 5, 1, 1; final networks
+# 20, 8, 11/30 against 5, 0, 5 ("Robust 1-1 with an epsilon-0.05 stage"); not yet a default.
 # Those runs also set learner.target_epsilon=0.05, which did nothing with Munchausen targets until it was fixed
 # (BENCHMARKS.md, "The epsilon-greedy bootstrap was inert with Munchausen targets"): they measured the collectors'
 # epsilon alone. In one run: collectors.eps_stage_from=<learner updates> (eps_stage 0.05); 150k env steps of 1-1 are
