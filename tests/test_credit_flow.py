@@ -119,7 +119,7 @@ def test_rejected_messages_are_credited_too() -> None:
 
 def test_no_credit_traffic_when_the_limit_is_off() -> None:
     # no acknowledgements: with the limit off a CREDIT is only the keep-alive every collectors.heartbeat_s
-    head = Head(RecordingSink(), small_config().with_overrides(["collectors.heartbeat_s=600"]))
+    head = Head(RecordingSink(), small_config().with_overrides(["collectors.heartbeat_s=60", "transport.head_timeout_s=120"]))
     try:
         before = head.handled()
         for chunk in counting_chunks(3):
