@@ -72,6 +72,15 @@ def estimate_replay_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
     return cfg.replay.capacity * (frame_bytes + per_slot_metadata) + tree_bytes
 
 
+MEMORY_SHARE = 0.8  # of available memory, the most a config's estimated replay and networks may take
+
+
+def _memory_room(available_bytes: int | None) -> tuple[int, float]:
+    """(available bytes: `available_bytes`, or this machine's now; the share of them a config may take)."""
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    return available, MEMORY_SHARE * available
+
+
 # Parameter-sized buffers, in fp32 copies of the Q-network. The learner: online, target, gradients,
 # Adam's two moments, autocast's low-precision weight casts and the publisher's CPU snapshot (a CPU
 # bf16 update of a Mario net with hidden=8192 measured 7.7 copies of peak RSS). Each collector: its
@@ -252,13 +261,13 @@ def check_welcome(cfg: Config, available_bytes: int | None = None) -> None:
     _check_link(cfg.collectors, cfg.transport)
     params = estimate_network_params(cfg)
     net = 4 * params * COLLECTOR_NETWORK_COPIES
-    available = available_memory_bytes() if available_bytes is None else available_bytes
-    if net > 0.8 * available:
+    available, room = _memory_room(available_bytes)
+    if net > room:
         raise ConfigError(
             f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters; a collector's "
             f"{COLLECTOR_NETWORK_COPIES} copies of it need about {net} bytes ({net / 2**30:.2f} GiB) but only "
             f"{available} bytes ({available / 2**30:.2f} GiB) are available; allowed: a network whose copies stay "
-            f"under 80% of available memory")
+            f"under {MEMORY_SHARE:.0%} of available memory")
 
 
 def _check_env(e: EnvConfig) -> None:
@@ -368,21 +377,21 @@ def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec 
     """
     r = cfg.replay
     needed = estimate_replay_bytes(cfg, spec)
-    available = available_memory_bytes() if available_bytes is None else available_bytes
-    if needed > 0.8 * available:
+    available, room = _memory_room(available_bytes)
+    if needed > room:
         raise ConfigError(
             f"replay.capacity={r.capacity} needs about {needed} bytes ({needed / 2**30:.2f} GiB) "
             f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
-            f"allowed: a capacity whose estimate stays under 80% of available memory"
+            f"allowed: a capacity whose estimate stays under {MEMORY_SHARE:.0%} of available memory"
         )
     params = estimate_network_params(cfg, spec)
     net = 4 * params * _network_copies(cfg)
-    if needed + net > 0.8 * available:
+    if needed + net > room:
         raise ConfigError(
             f"learner.hidden={cfg.learner.hidden} makes a Q-network of {params:,} parameters "
             f"({4 * params / 2**30:.2f} GiB in fp32); {_network_copies(cfg)} copies of it ({LEARNER_NETWORK_COPIES} "
             f"in the learner, {COLLECTOR_NETWORK_COPIES} per local collector with collectors.count="
             f"{cfg.collectors.count}) need about {net} bytes ({net / 2**30:.2f} GiB), plus {needed / 2**30:.2f} GiB "
             f"of replay, but only {available} bytes ({available / 2**30:.2f} GiB) are available; allowed: a "
-            f"learner.hidden (or collectors.count) whose estimate stays under 80% of available memory"
+            f"learner.hidden (or collectors.count) whose estimate stays under {MEMORY_SHARE:.0%} of available memory"
         )
