@@ -220,19 +220,17 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # the 1-1 proxy, so it stays off here; 1-3's preset turns it on.
 # NoisyNet (learner.noisy_sigma=0.5) led on seed 0 of the 1-1 proxy and fell behind on seed 1, so it stays off.
 # Resets every 20k updates at twice the updates per env step (samples_per_insert 16) lost on the 1-1 proxy's seed 0.
-# A second stage, not a preset: a trained network continued (`--init-from`) with every collector at the evaluation's
+# A second exploration stage: first a trained network continued (`--init-from`) with every collector at the evaluation's
 # epsilon (collectors.eps_base=0.05, eps_alpha=0) took 1-2 from 17% to 37% flags at epsilon 0.05 in 205k env steps
 # and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every collector at epsilon 0.05", "The
 # epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on 1-3 at lr 1e-4 moved it within
 # the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the shipped 1-1 network 142k env steps
 # of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped 1-1 network"). Inside 1-1 runs from
 # 150k env steps, three seeds: best head evaluation by 400k 6, 2, 3/10 against the defaults' 5, 1, 1; final networks
-# 20, 8, 11/30 against 5, 0, 5 ("Robust 1-1 with an epsilon-0.05 stage"); not yet a default.
+# 20, 8, 11/30 against 5, 0, 5 ("Robust 1-1 with an epsilon-0.05 stage"): the Mario preset's stage below.
 # Those runs also set learner.target_epsilon=0.05, which did nothing with Munchausen targets until it was fixed
 # (BENCHMARKS.md, "The epsilon-greedy bootstrap was inert with Munchausen targets"): they measured the collectors'
-# epsilon alone. In one run: collectors.eps_stage_from=<learner updates> (eps_stage 0.05); 150k env steps of 1-1 are
-# ~36k updates at the defaults' 0.24 updates per env step. From scratch one epsilon for all streams would explore too
-# little: untested.
+# epsilon alone. From scratch one epsilon for all streams would explore too little: untested.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
@@ -244,6 +242,11 @@ MARIO_PRESET: dict[str, str] = {
     # 1,615-1,997 and final evaluations 1,524-1,830 with a flag each, against 1,397-1,567 and 1,141-1,333
     # without (BENCHMARKS.md, "Per env step: the levers"); slower before 150k. No costlier per update
     "learner.munchausen_alpha": "0.9",
+    # the exploration stage: every collector stream at epsilon 0.05 (the evaluations') from learner update 36,000,
+    # ~150k env steps at 0.24 updates per env step (every profile holds that ratio). Three 1-1 seeds: best head
+    # evaluation by 400k env steps 6, 2, 3/10 (median 3) against 5, 1, 1 without; final networks 20, 8, 11/30
+    # against 5, 0, 5; first evaluation flags later (149k-318k env steps against 52k-166k). Above.
+    "collectors.eps_stage_from": "36000",
     # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
     # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
     "logging.eval_every_s": "600",
@@ -331,12 +334,15 @@ ATARI_PRESET: dict[str, str] = {
 # "1-3 from scratch"); from the first step (another seed) it was still at the first tree-top at 421k env steps.
 # On 1-1 gamma 0.97 loses (2 seeds, "Per env step: the levers"): per level. That run also set
 # learner.target_epsilon=0.05, inert with Munchausen targets then (BENCHMARKS.md, "The epsilon-greedy bootstrap was
-# inert with Munchausen targets"): the preset leaves it off, which is what was measured.
+# inert with Munchausen targets"): the preset leaves it off, which is what was measured. Its lift needs the middle
+# epsilons past 150k env steps, so the Mario preset's epsilon-0.05 stage is off here (its continuation at epsilon
+# 0.05 from a network past the lift was level).
 MARIO_1_3_PRESET: dict[str, str] = {
     **MARIO_PRESET,
     "replay.gamma": "0.97",
     "collectors.eps_per": "stream",
     "collectors.explore_repeat_mu": "2",
+    "collectors.eps_stage_from": "0",
 }
 
 ENV_PRESETS: dict[str, dict[str, str]] = {

@@ -175,7 +175,7 @@ def test_preset_selection_by_env_id():
     assert env_preset("SuperMarioBros-2-3-v1") == env_preset(MARIO_DEFAULT_ENV) == MARIO_PRESET != {}
     level_1_3 = env_preset("SuperMarioBros-1-3-v0")  # a per-level preset: a longer horizon, wider exploration
     assert level_1_3 == {**MARIO_PRESET, "replay.gamma": "0.97", "collectors.eps_per": "stream",
-                         "collectors.explore_repeat_mu": "2"}
+                         "collectors.explore_repeat_mu": "2", "collectors.eps_stage_from": "0"}
     assert env_preset("SuperMarioBros-1-3-v1") == MARIO_PRESET  # by exact id only
     env_preset("CartPole-v1")["learner.lr"] = "1"  # a copy: callers cannot change the table
     assert CARTPOLE_PRESET["learner.lr"] == "1e-3"
