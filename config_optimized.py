@@ -220,6 +220,8 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # the 1-1 proxy, so it stays off here; 1-3's preset turns it on.
 # NoisyNet (learner.noisy_sigma=0.5) led on seed 0 of the 1-1 proxy and fell behind on seed 1, so it stays off.
 # Resets every 20k updates at twice the updates per env step (samples_per_insert 16) lost on the 1-1 proxy's seed 0.
+# The epsilon-greedy bootstrap (learner.target_epsilon=0.05) was not ahead on the 1-1 proxy's seed 0 (evaluations
+# 861-1,636 without a flag by 200k env steps against the recipe's up to 1,742-2,151 with flags), so it stays 0.
 # A second exploration stage: first a trained network continued (`--init-from`) with every collector at the evaluation's
 # epsilon (collectors.eps_base=0.05, eps_alpha=0) took 1-2 from 17% to 37% flags at epsilon 0.05 in 205k env steps
 # and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every collector at epsilon 0.05", "The
