@@ -245,10 +245,9 @@ MARIO_PRESET: dict[str, str] = {
     # 1,615-1,997 and final evaluations 1,524-1,830 with a flag each, against 1,397-1,567 and 1,141-1,333
     # without (BENCHMARKS.md, "Per env step: the levers"); slower before 150k. No costlier per update
     "learner.munchausen_alpha": "0.9",
-    # the exploration stage: every collector stream at epsilon 0.05 (the evaluations') from learner update 36,000,
-    # ~150k env steps at 0.24 updates per env step (every profile holds that ratio). Three 1-1 seeds: best head
-    # evaluation by 400k env steps 6, 2, 3/10 (median 3) against 5, 1, 1 without; final networks 20, 8, 11/30
-    # against 5, 0, 5; first evaluation flags later (149k-318k env steps against 52k-166k). Above.
+    # the exploration stage (its three 1-1 seeds in the comment above): every collector stream at epsilon 0.05 (the
+    # evaluations') from learner update 36,000, ~150k env steps at 0.24 updates per env step (every profile holds
+    # that ratio); its cost, a later first evaluation flag (149k-318k env steps against 52k-166k)
     "collectors.eps_stage_from": "36000",
     # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
     # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
