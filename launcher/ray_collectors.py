@@ -164,7 +164,12 @@ class RayCollectors:
                 self.stall_kills += 1
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Ask every actor to stop (sockets closed cleanly), wait up to `grace_s`, then kill them without restart."""
+        """Ask every actor to stop (sockets closed cleanly), wait up to `grace_s`, then kill them without restart.
+
+        Their keys stay admitted until the head closes its sockets: `ray.kill` is asynchronous, and the
+        head's ZAP thread may still be answering a handshake an actor began before it was told to stop.
+        Refusing that would log a "ZAP DENIED" that names no misconfiguration; the secrets never left
+        the actors' processes, which are going away."""
         if self._stopping:
             return
         self._stopping = True
@@ -174,8 +179,8 @@ class RayCollectors:
             ray.wait(stops, num_returns=len(stops), timeout=grace_s)
             for actor in self._actors:
                 ray.kill(actor.handle, no_restart=True)
-                if actor.identity is not None:
-                    self._retire(actor.identity)
+                if actor.identity is not None:  # registration freed; the key stays admitted (see below)
+                    self._on_exit(actor.identity["pid"], actor.identity["host"])
             log.info("%d collector actors removed from the cluster", len(self._actors))
         self._actors.clear()
         self.close()

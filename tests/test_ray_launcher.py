@@ -5,7 +5,8 @@ one raylet per node, all local) and runs the real head against it, as a user wou
 on: collectors land on both nodes with distinct head-assigned slots, data flows, an actor killed
 through Ray is restarted and data flows again, and a graceful stop leaves no collector actor and,
 once the cluster is shut down, no Ray process. Skipped only where Ray is not installed. The
-other tests need no Ray: flag errors, and the run-time CURVE allowlist the actors' keys go on.
+other tests need no Ray: flag errors, the run-time CURVE allowlist the actors' keys go on, and the
+head's bookkeeping of actor incarnations and their keys (against an in-memory stand-in for Ray).
 """
 
 from __future__ import annotations
@@ -70,6 +71,111 @@ def test_allowlist_admits_the_keys_dir_and_run_time_keys_only(tmp_path):
     allow.discard(public.decode())
     assert not allow.callback("*", public) and allow.callback("*", fixed)
 
+
+
+class _Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Method:
+    def __init__(self, fn):
+        self._fn = fn
+
+    def remote(self, *args):
+        return _Ref(self._fn(*args))
+
+
+class _Handle:
+    """An actor as the head sees it: each call answers at once; `pid` and `key` name the incarnation."""
+
+    def __init__(self):
+        self.pid, self.key, self.admitted, self.killed = 100, "k100", [], None
+        self.identity = _Method(lambda: {"node_id": "n" * 12, "host": "h", "pid": self.pid, "public_key": self.key,
+                                         "ended": ""})
+        self.admit = _Method(self.admitted.append)
+        self.stop = _Method(lambda grace_s: "stop")
+
+
+class _FakeRay:
+    """The part of Ray's API the head's collector bookkeeping calls; actors answer synchronously."""
+
+    class exceptions:  # noqa: N801 - mirrors ray.exceptions
+        RayError = RuntimeError
+
+    class util:  # noqa: N801 - mirrors ray.util
+        @staticmethod
+        def get_node_ip_address():
+            return "10.0.0.1"
+
+    def __init__(self):
+        self.handles = []
+
+    def init(self, **_kw):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def nodes(self):
+        return [{"Alive": True, "NodeManagerAddress": "10.0.0.1"}]
+
+    def cluster_resources(self):
+        return {"CPU": 2}
+
+    def remote(self, _cls):
+        ray = self
+
+        class _Options:
+            def options(self, **_kw):
+                return self
+
+            def remote(self, *_args):
+                ray.handles.append(_Handle())
+                return ray.handles[-1]
+        return _Options()
+
+    def wait(self, refs, num_returns, timeout):
+        return list(refs), []
+
+    def get(self, ref):
+        return ref.value
+
+    def kill(self, handle, no_restart):
+        handle.killed = no_restart
+
+
+def test_run_time_keys_follow_incarnations_and_outlive_a_graceful_stop(tmp_path, monkeypatch):
+    """A restarted actor's old key is refused at once; at a graceful stop the keys stay admitted while
+    the actors are killed (Ray's kill is asynchronous: a handshake begun before the stop must not be
+    refused), and every registration is freed."""
+    from launcher import ray_collectors
+
+    ray = _FakeRay()
+    monkeypatch.setattr(ray_collectors, "import_ray", lambda: ray)
+    allow = AllowList(generate(tmp_path / "keys"))
+    exits = []
+    collectors = ray_collectors.RayCollectors(2, "tcp://127.0.0.1:5555", b"server", allow, lambda pid, host: None,
+                                              60.0, on_exit=lambda pid, host: exits.append(pid))
+    collectors.start()
+    first, second = ray.handles
+    second.pid, second.key = 200, "k200"
+    collectors.poll()  # asks who they are
+    collectors.poll()  # admits them
+    assert allow.callback("*", b"k100") and allow.callback("*", b"k200")
+    assert first.admitted == ["k100"] and second.admitted == ["k200"]
+
+    first.pid, first.key = 101, "k101"  # Ray restarted slot 0: a new process with a new key
+    monkeypatch.setattr(ray_collectors, "IDENTITY_EVERY_S", 0.0)  # ask again at once
+    collectors.poll()
+    collectors.poll()
+    assert not allow.callback("*", b"k100") and allow.callback("*", b"k101")
+    assert collectors.restarts_total == 1 and exits == [100]
+
+    collectors.stop()
+    assert first.killed is True and second.killed is True
+    assert sorted(exits) == [100, 101, 200]
+    assert allow.callback("*", b"k101") and allow.callback("*", b"k200")
 
 # ---------------------------------------------------------------------- a simulated two-node cluster
 def _ray_processes() -> set[int]:
