@@ -42,10 +42,11 @@ from shared.sizes import available_memory_bytes
 # env step, not the samples in each update or the number of env streams. The CPU recipe, 0.25 updates of 32 per
 # env step, reached 1,397-1,567 mean x_pos (least-exploring stream, 2 seeds) by 200k env steps; a quarter of the
 # updates flattened at 1,029-1,085 (2 seeds); a quarter of the updates at 4x the batch did not make it up (910
-# and 1,045, 2 seeds), nor with twice the learning rate for it (1,066, 1 seed: Adam's square-root rule); 2 x 64
-# streams with per-stream epsilons at 0.25 learned as well by evaluation (2 seeds, one to 150k). So every profile
-# keeps batch 32 at 8 samples per insert, and where the learner cannot keep that ratio its collectors wait
-# (max_insert_lead) instead of letting the ratio fall: a GPU box then collects at ~4x its learner's rate.
+# and 1,045, 2 seeds), nor with twice the learning rate for it (1,066 and 1,288, 2 seeds: Adam's square-root
+# rule; final evaluations 766 and 785, under the recipe's 1,141-1,333); 2 x 64 streams with per-stream epsilons
+# at 0.25 learned as well by evaluation (2 seeds, one to 150k). So every profile keeps batch 32 at 8 samples per
+# insert, and where the learner cannot keep that ratio its collectors wait (max_insert_lead) instead of letting
+# the ratio fall: a GPU box then collects at ~4x its learner's rate.
 RULE_BATCH = 32
 RULE_SAMPLES_PER_INSERT = 8.0  # 0.25 updates per env step at RULE_BATCH
 GPU_INSERT_LEAD = 50_000  # ~12 chunks of 32 envs x 128 steps: collectors stream freely, the ratio holds over a run
