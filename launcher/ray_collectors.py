@@ -179,7 +179,7 @@ class RayCollectors:
             ray.wait(stops, num_returns=len(stops), timeout=grace_s)
             for actor in self._actors:
                 ray.kill(actor.handle, no_restart=True)
-                if actor.identity is not None:  # registration freed; the key stays admitted (see below)
+                if actor.identity is not None:  # registration freed; the key stays admitted (see above)
                     self._on_exit(actor.identity["pid"], actor.identity["host"])
             log.info("%d collector actors removed from the cluster", len(self._actors))
         self._actors.clear()
