@@ -72,7 +72,6 @@ def test_allowlist_admits_the_keys_dir_and_run_time_keys_only(tmp_path):
     assert not allow.callback("*", public) and allow.callback("*", fixed)
 
 
-
 class _Ref:
     def __init__(self, value):
         self.value = value
@@ -176,6 +175,7 @@ def test_run_time_keys_follow_incarnations_and_outlive_a_graceful_stop(tmp_path,
     assert first.killed is True and second.killed is True
     assert sorted(exits) == [100, 101, 200]
     assert allow.callback("*", b"k101") and allow.callback("*", b"k200")
+
 
 # ---------------------------------------------------------------------- a simulated two-node cluster
 def _ray_processes() -> set[int]:
