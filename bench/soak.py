@@ -252,7 +252,9 @@ class Soak:
         argv = [sys.executable, "-m", "launcher", "--env", a.env, "--profile", "cpu", "--collectors", "2",
                 "--port", "0", "--log-interval", "1", "--seed", str(a.seed), "--run-dir", str(self.run_dir),
                 "--set", "learner.save_replay=true", "--set", f"learner.checkpoint_every_s={CHECKPOINT_EVERY_S}",
-                "--set", f"replay.capacity={a.capacity}", "--set", f"transport.stall_timeout_s={STALL_TIMEOUT_S}"]
+                "--set", f"replay.capacity={a.capacity}", "--set", f"transport.stall_timeout_s={STALL_TIMEOUT_S}",
+                # ipc (not the default): a killed head's temp folders are part of what must not be left behind
+                "--set", "transport.local_transport=ipc"]
         return [*argv, "--resume", str(self.run_dir)] if resume else argv
 
     def _start_head(self, seg: Segment, resume: bool) -> subprocess.Popen:

@@ -7,8 +7,8 @@ thread); everything here runs there. What registration decides:
 - **who may register:** HELLO fields are checked (`validate_hello`); open registrations are capped
   below the context's socket limit and the open-file limit (libzmq aborts the process on EMFILE),
   and a HELLO past the cap gets a WELCOME carrying `refused`;
-- **where a collector sends:** its own ROUTER data socket, on ipc for a local collector (loopback,
-  same hostname, `local_transport=ipc`), inproc in the in-process mode, tcp otherwise, with
+- **where a collector sends:** its own ROUTER data socket, on tcp; on ipc for a local collector
+  (loopback, same hostname) when `local_transport=ipc`; on inproc in the in-process mode; with
   `MAXMSGSIZE` from the run's geometry and a secret routing id (`token`) that the consolidation
   thread requires on every message;
 - **how it explores:** its slot and the Ape-X epsilon of each of its K env streams (shared/exploration.py);
@@ -25,6 +25,7 @@ consolidation reclaims it.
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import secrets
@@ -40,7 +41,7 @@ from replay.chunk_plan import max_chunk_frames
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
-from shared.open_files import ListenerGuard
+from shared.open_files import ListenerGuard, bind_tcp, split_tcp
 from shared.protocol import (
     HEADER_SIZE,
     HELLO,
@@ -191,7 +192,8 @@ class Registrar:
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
             if self.control_endpoint.startswith("tcp://"):
                 self.guard = ListenerGuard(self.control, self.control.getsockopt_string(zmq.LAST_ENDPOINT))
-            self.ipc_dir = owned_tempdir()  # named after this process: a later head removes it if we are killed
+            if t.local_transport == "ipc":  # named after this process: a later head removes it if we are killed
+                self.ipc_dir = owned_tempdir()
         except BaseException:
             self.close()
             raise
@@ -207,9 +209,8 @@ class Registrar:
 
     @staticmethod
     def _bind(sock: zmq.Socket, endpoint: str) -> str:
-        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
-            base = endpoint.rsplit(":", 1)[0]
-            return f"{base}:{sock.bind_to_random_port(base)}"
+        if endpoint.startswith("tcp://"):  # OSError at the open-file limit, where libzmq's own bind aborts
+            return bind_tcp(sock, *split_tcp(endpoint))
         sock.bind(endpoint)
         return endpoint
 
@@ -263,7 +264,15 @@ class Registrar:
                                   f"retry after some collectors leave"}
             self._send(identity, encode_json(WELCOME, refusal))
             return False
-        state, reply = self._register(hello, peer)
+        try:
+            state, reply = self._register(hello, peer)
+        except (OSError, zmq.ZMQError) as exc:  # no descriptor for its socket or listener: refused, nothing kept
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            reject("too_many_collectors", "open files")
+            self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; "
+                                                                  "retry later"}))
+            return False
         if nonce:
             self._welcomes[nonce] = (reply, identity, state)
             while len(self._welcomes) > WELCOME_CACHE:
@@ -288,15 +297,19 @@ class Registrar:
         local = _is_loopback(peer) and host == self.hostname and t.local_transport == "ipc"
         inproc = self.control_endpoint.startswith("inproc://")  # the in-process mode: collectors are threads
         sock = self._socket(zmq.ROUTER, self.data_max_msg)  # data up, CREDIT down to the token's peer only
-        sock.rcvhwm = t.recv_hwm
-        if t.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
-            sock.rcvbuf = t.socket_buffer_bytes
-        if inproc:
-            endpoint = self._bind(sock, f"{self.control_endpoint}-c{cid}")
-        elif local:
-            endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
-        else:
-            endpoint = self._bind(sock, f"tcp://{t.bind}:0")
+        try:
+            sock.rcvhwm = t.recv_hwm
+            if t.socket_buffer_bytes:  # bounds stale data in flight (TCP only; see config)
+                sock.rcvbuf = t.socket_buffer_bytes
+            if inproc:
+                endpoint = self._bind(sock, f"{self.control_endpoint}-c{cid}")
+            elif local:
+                endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
+            else:
+                endpoint = self._bind(sock, f"tcp://{t.bind}:0")
+        except BaseException:
+            sock.close(linger=0)
+            raise
         slot = hello["slot"]
         if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own, never reused
             # after the local collectors' slots; from slot 0 when there are none (--collectors 0)

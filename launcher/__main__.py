@@ -87,16 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", _one_line(exc))
         return EXIT_BAD_INPUT
-    except zmq.ZMQError as exc:
+    except (zmq.ZMQError, OSError) as exc:  # TCP listeners are bound through Python sockets (OSError)
         if exc.errno == errno.EADDRINUSE:
             log.error("cannot bind the head's sockets: %s. Is another head running on this machine? Pick other "
                       "ports with --port N (control N, weights N+1) or --set transport.port=0 (any free)",
                       _one_line(exc))
-        else:
+        elif isinstance(exc, zmq.ZMQError) or exc.errno == errno.EADDRNOTAVAIL:
             log.error("cannot bind the head's sockets on transport.bind=%s: %s", cfg.transport.bind, _one_line(exc))
-        return EXIT_BAD_INPUT
-    except OSError as exc:  # e.g. the run dir filled up or vanished between the checks and here
-        log.error("cannot start the head: %s", _one_line(exc))
+        else:  # e.g. the run dir filled up or vanished between the checks and here
+            log.error("cannot start the head: %s", _one_line(exc))
         return EXIT_BAD_INPUT
     head_box.append(head)
     try:

@@ -122,15 +122,19 @@ class Head:
         t = cfg.transport
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
         sweep_stale()  # ipc folders of heads killed before they could remove them
-        self.ipc_dir = Path(owned_tempdir())
-        self._parts.append(self.ipc_dir)
+        self.ipc_dir: Path | None = None  # only with transport.local_transport=ipc (shared/config.py says why)
+        if t.local_transport == "ipc":
+            self.ipc_dir = Path(owned_tempdir())
+            self._parts.append(self.ipc_dir)
         self.publisher = WeightPublisher(
-            [f"ipc://{self.ipc_dir / 'weights.ipc'}", f"tcp://{t.bind}:{t.port + 1 if t.port else 0}",
+            [f"tcp://{t.bind}:{t.port + 1 if t.port else 0}",
+             *([f"ipc://{self.ipc_dir / 'weights.ipc'}"] if self.ipc_dir else []),
              *([f"inproc://mapx-weights-{id(self)}"] if self.inprocess else [])],
             context=self.ctx, heartbeat_s=cfg.collectors.heartbeat_s, curve=curve,
         )
         self._parts.append(self.publisher)
-        local_weights, remote_weights = self.publisher.endpoints[:2]
+        remote_weights = self.publisher.endpoints[0]
+        local_weights = self.publisher.endpoints[1] if self.ipc_dir else remote_weights
         # one rate limiter: the learner asks it before sampling, the consolidation thread before inserting
         self.limiter = RateLimiter.for_learner(cfg.learner, cfg.learner.batch_size * cfg.learner.grad_accum_steps,
                                                lambda: int(self.replay.transitions_added))
@@ -148,7 +152,7 @@ class Head:
         obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
         registrar = Registrar(
             obs_spec, {"local": local_weights, "remote": remote_weights,
-                   **({"inproc": self.publisher.endpoints[2]} if self.inprocess else {})},
+                       **({"inproc": self.publisher.endpoints[-1]} if self.inprocess else {})},
             self.ctx, transport=t, collectors=cfg.collectors, replay=cfg.replay, welcome_config=cfg.to_dict(),
             num_collectors=max(1, cfg.collectors.count),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
@@ -381,7 +385,8 @@ class Head:
             self.ctx.destroy(linger=0)
         else:
             self.ctx.term()
-        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        if self.ipc_dir is not None:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
         try:  # a run dir gone read-only (a disk error) must not turn the exit status into a traceback's
             (self.run_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
         except OSError as exc:

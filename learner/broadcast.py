@@ -28,7 +28,7 @@ import torch
 import zmq
 
 from shared.keys import CurveServer
-from shared.open_files import ListenerGuard
+from shared.open_files import ListenerGuard, bind_tcp, split_tcp
 from shared.protocol import HEAD_HEARTBEAT, STOP, encode_simple, send_parts
 from shared.weights import cpu_state, encode_weights
 
@@ -152,13 +152,13 @@ class WeightPublisher:
         tcp_bound: list[str] = []  # as libzmq names them (what unbind() takes)
         try:  # a failed bind must not leave the socket open: the context's term() would wait on it forever
             for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
-                if ep.startswith("tcp://") and ep.endswith(":0"):
-                    port = self._sock.bind_to_random_port(ep.rsplit(":", 1)[0])
-                    ep = f"{ep.rsplit(':', 1)[0]}:{port}"
+                if ep.startswith("tcp://"):  # OSError at the open-file limit, where libzmq's own bind aborts
+                    bound = bind_tcp(self._sock, *split_tcp(ep))
+                    tcp_bound.append(bound)
+                    if ep.endswith(":0"):
+                        ep = f"{ep.rsplit(':', 1)[0]}:{split_tcp(bound)[1]}"
                 else:
                     self._sock.bind(ep)
-                if ep.startswith("tcp://"):
-                    tcp_bound.append(self._sock.getsockopt_string(zmq.LAST_ENDPOINT))
                 self.endpoints.append(ep)
         except BaseException:
             self._sock.close(linger=0)

@@ -190,7 +190,10 @@ class LearnerConfig:
 class TransportConfig:
     bind: str = "127.0.0.1"  # address the head binds; anything but loopback requires CURVE keys
     port: int = 5555  # control (registration) port; weights use port+1, data sockets free ports; 0 = all free
-    local_transport: str = "ipc"  # ipc (fastest locally) or tcp for local collectors
+    # How collectors on the head's machine send: tcp (loopback) or ipc (unix sockets, a few % faster in the
+    # transport bench, nothing end to end). libzmq aborts the whole process when an ipc accept() meets the
+    # open-file limit (EMFILE), which any burst of TCP connections to the head can cause; TCP rides it out.
+    local_transport: str = "tcp"
     curve_keys_dir: str = ""  # directory with server/client keys; empty = no encryption (loopback only)
     recv_hwm: int = 64  # receive high-water mark per collector socket (messages)
     # Kernel send/receive buffer of each TCP data socket in bytes (0 = OS default). ZeroMQ applies it to

@@ -7,6 +7,12 @@ own files (TensorBoard, checkpoints, a new registration's socket) fail meanwhile
 how many descriptors are left and, when fewer than `FDS_SPARE` are, closes every connection of one TCP
 endpoint (unbind, then bind it again once descriptors are back): the head guards its control endpoint
 (registered collectors no longer use it) and its weights endpoint (collectors reconnect by themselves).
+
+Two libzmq calls abort the whole process at the open-file limit instead of failing: a TCP bind (its
+address resolution asserts that getifaddrs() succeeded) and an ipc accept() (EMFILE is missing from the
+errors it tolerates). Another listener's burst can take the last descriptors between any check and such a
+call, so the head binds TCP through `bind_tcp`, which opens the listening socket itself (EMFILE is then an
+OSError) and hands it to libzmq, and it uses no ipc unless asked to (`transport.local_transport`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 
 import zmq
 
@@ -43,6 +50,42 @@ def fds_left(probe: int) -> int:
     return (1 << 30) if soft == resource.RLIM_INFINITY else max(0, soft - fd)
 
 
+def bind_tcp(sock: zmq.Socket, host: str, port: int = 0) -> str:
+    """Bind `sock` to `host:port` (IPv4 or a name for one; port 0 = any free port) and return the endpoint as
+    libzmq names it (LAST_ENDPOINT, what unbind() takes). The listening socket is made here, as libzmq would
+    make it (close-on-exec, SO_REUSEADDR, the socket's SNDBUF/RCVBUF and BACKLOG), and handed over with
+    ZMQ_USE_FD: with no descriptor left this raises OSError (EMFILE) where `sock.bind()` would abort."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # close-on-exec: Python's default
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        for option, name in ((zmq.SNDBUF, socket.SO_SNDBUF), (zmq.RCVBUF, socket.SO_RCVBUF)):
+            size = sock.getsockopt(option)
+            if size >= 0:  # -1: the OS default; accepted connections inherit the listener's buffers
+                listener.setsockopt(socket.SOL_SOCKET, name, size)
+        listener.bind((host, port))
+        listener.listen(sock.getsockopt(zmq.BACKLOG))
+        listener.setblocking(False)
+    except BaseException:
+        listener.close()
+        raise
+    fd = listener.detach()  # libzmq owns it from here, and closes it at unbind() or close()
+    try:
+        sock.setsockopt(zmq.USE_FD, fd)
+        sock.bind(f"tcp://{host}:{port}")  # with USE_FD libzmq takes the address from the descriptor
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        sock.setsockopt(zmq.USE_FD, -1)  # the socket's next bind makes its own listener again
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def split_tcp(endpoint: str) -> tuple[str, int]:
+    """`tcp://host:port` -> (host, port)."""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    return host, int(port)
+
+
 class ListenerGuard:
     """Resets the TCP endpoint `endpoint` of `sock` when the process is short of descriptors; owned by the
     thread that owns `sock` (check() uses it), which calls check() every turn of its loop (a few syscalls)."""
@@ -56,18 +99,17 @@ class ListenerGuard:
         self.resets = 0
 
     def short(self) -> bool:
-        """Fewer than FDS_SPARE descriptors left: binding anything now could meet EMFILE, which libzmq's address
-        resolution (getifaddrs) does not survive: it aborts the process."""
+        """Fewer than FDS_SPARE descriptors left: a new registration's socket and listener would likely fail."""
         return fds_left(self._probe) < FDS_SPARE
 
     def check(self, now: float) -> None:
         if not self._bound:  # bind again once the closed connections gave their descriptors back
             if fds_left(self._probe) >= FDS_SPARE // 2:
-                try:
-                    self._sock.bind(self._endpoint)
+                try:  # the descriptors can be gone again by now (another listener's burst): bind_tcp fails
+                    bind_tcp(self._sock, *split_tcp(self._endpoint))
                     self._bound = True
-                except zmq.ZMQError as exc:  # the old listener is still closing in libzmq's thread: next turn
-                    log.debug("cannot bind %s again yet: %s", self._endpoint, exc)
+                except (OSError, zmq.ZMQError) as exc:  # no descriptor, or the old listener is still closing in
+                    log.debug("cannot bind %s again yet: %s", self._endpoint, exc)  # libzmq's thread: next turn
             return
         if now < self._quiet_until:
             return

@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -225,8 +227,9 @@ def expected_cap(soft_nofile: int) -> int:
     return max(1, min(MAX_OPEN_COLLECTORS, (soft_nofile - FDS_RESERVED) // FDS_PER_COLLECTOR))
 
 
-def check_final_artifacts(head: LiveHead, tmp_before: set[str]) -> dict:
-    """After exit: checkpoint loads with finite weights, saved replay is valid, nothing left behind."""
+def check_final_artifacts(head: LiveHead, tmp_before: set[str], ipc: bool = False) -> dict:
+    """After exit: checkpoint loads with finite weights, saved replay is valid, nothing left behind. `ipc`: the
+    head ran with transport.local_transport=ipc, so it had ipc folders (else it must have had none)."""
     from learner.checkpoint import find_checkpoint, load_checkpoint
     from replay.buffer import ReplayBuffer
 
@@ -240,7 +243,7 @@ def check_final_artifacts(head: LiveHead, tmp_before: set[str]) -> dict:
     replay.check_valid()
     assert len(replay) > 0
     # nothing left behind: this head's ipc folders, any new /tmp entry, collector processes
-    assert head.ipc_dirs, "the head's ipc folders were never seen"
+    assert bool(head.ipc_dirs) == ipc, head.ipc_dirs  # with ipc: its folders were seen, so the next check counts
     assert not [d for d in head.ipc_dirs if Path(d).exists()], head.ipc_dirs
     leftover = tmp_entries(head.tmpdir) - tmp_before
     assert not leftover, leftover
@@ -532,7 +535,8 @@ def test_curve_head_ignores_forged_summaries_and_stops_at_max_env_steps(tmp_path
     curve = A._curve(str(keys))
     before = tmp_entries(Path(tempfile.gettempdir()))
     head = LiveHead(tmp_path, [*CARTPOLE, "--curve-keys", str(keys), "--target-return", "475",
-                               "--max-env-steps", str(MAX_ENV_STEPS_B), "--set", "learner.samples_per_insert=64"],
+                               "--max-env-steps", str(MAX_ENV_STEPS_B), "--set", "learner.samples_per_insert=64",
+                               "--set", "transport.local_transport=ipc"],  # its collectors on ipc, under CURVE
                     nofile=(1024, 1024), name="b")
     ctx = zmq.Context()
     report: dict = {}
@@ -621,7 +625,7 @@ def test_curve_head_ignores_forged_summaries_and_stops_at_max_env_steps(tmp_path
     real = [r for r in rows if r["updates"] > 500 and r["weight_lag"] is not None]
     assert real and all(r["weight_lag"] < r["updates"] / 2 for r in real[-3:]), \
         [(r["updates"], r["weight_lag"], r["collectors_alive"]) for r in rows[-5:]]
-    report.update(check_final_artifacts(head, before))
+    report.update(check_final_artifacts(head, before, ipc=True))
     report.update(done=done[-1], forged_before_any_episode=report["forged_at"].get("episodes", 0) == 0)
     print("\nhead B:", json.dumps(report, indent=1, sort_keys=True, default=str))
 
@@ -671,7 +675,7 @@ def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
 def test_a_tcp_burst_past_the_open_file_limit_is_shed_and_collection_goes_on(tmp_path):
     """1,500 idle TCP connections to the control port of a head whose open-file limit is 512/512. libzmq takes a
     descriptor for each until none is left, then retries accept() in a loop, and the head's own files fail. The
-    head closes the control endpoint's connections when 32 descriptors are left (ingest/open_files.py, logged):
+    head closes the control endpoint's connections when 32 descriptors are left (shared/open_files.py, logged):
     it stays alive, its 2 collectors keep collecting, a fresh HELLO is welcomed, and SIGINT ends it with 0."""
     head = LiveHead(tmp_path, CARTPOLE, nofile=(512, 512), name="burst")
     ctx = zmq.Context()
@@ -694,6 +698,62 @@ def test_a_tcp_burst_past_the_open_file_limit_is_shed_and_collection_goes_on(tmp
         assert burst["dropped_by_head"] > 0, burst  # the reset closed them
         assert wait_for(lambda: head.fds() < 256, 60), head.fds()
         head.assert_progress(head.settled())
+        code, _ = head.sigint()
+    except BaseException:
+        stop.set()
+        head.kill()
+        raise
+    finally:
+        ctx.destroy(linger=0)
+    assert code == 0, head.tail()
+
+
+@pytest.mark.timeout(600)
+def test_bursts_one_after_another_while_a_local_peer_connects_leave_the_head_running(tmp_path):
+    """Bursts of 700 idle TCP connections to the control port, one after another, at an open-file limit of
+    512/512, while a peer on the head's machine keeps connecting to a local registration's data endpoint (as
+    collectors that restart do). libzmq aborts the process when an ipc accept() or a TCP bind meets EMFILE, and
+    every burst brings the head there: its local registrations use TCP and it binds TCP through Python sockets
+    (shared/open_files.py), so it sheds burst after burst, keeps collecting, and SIGINT ends it with 0."""
+    head = LiveHead(tmp_path, CARTPOLE, nofile=(512, 512), name="bursts")
+    ctx = zmq.Context()
+    stop = threading.Event()
+    rounds: list[dict] = []
+
+    def bursts() -> None:
+        while not stop.is_set():
+            rounds.append(A.tcp_burst(head.connect, 700, hold_s=0.3, connect_timeout_s=2.0, stop=stop))
+
+    attacker = threading.Thread(target=bursts)
+    try:
+        head.wait_training()
+        local = A.FakeCollector(ctx, head.connect, host=socket.gethostname())  # loopback and the head's host name
+        url = urlsplit(local.endpoint)
+        family, address = ((socket.AF_UNIX, url.path) if url.scheme == "ipc"
+                           else (socket.AF_INET, (url.hostname, url.port)))
+        attacker.start()
+
+        def resets() -> int:
+            return head.log().count("file descriptors left: closing every connection")
+
+        connects = tries = 0
+        deadline = time.monotonic() + 240
+        while head.alive() and time.monotonic() < deadline and (tries % 50 or resets() < 12):
+            tries += 1
+            with socket.socket(family, socket.SOCK_STREAM) as peer:
+                try:
+                    peer.connect(address)
+                    connects += 1
+                except OSError:  # the head's backlog is full: the next one
+                    pass
+            time.sleep(0.002)
+        assert head.alive(), head.tail()
+        assert resets() >= 12, (resets(), connects)
+        stop.set()
+        attacker.join(60)
+        assert len(rounds) >= 2 and wait_for(lambda: head.fds() < 256, 60), (len(rounds), head.fds())
+        head.assert_progress(head.settled())  # both env steps and updates grow after the bursts
+        local.close()
         code, _ = head.sigint()
     except BaseException:
         stop.set()

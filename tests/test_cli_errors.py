@@ -191,11 +191,12 @@ def test_bad_input_in_a_real_process(case_id, files, busy_port, tmp_path):
 
 def test_corrupt_checkpoint_exits_2_and_leaves_no_temp_dirs(files, tmp_path):
     """--resume with a checkpoint the head cannot load fails inside the head (after replay, sockets and temp
-    dirs exist): still exit 2, one logged error line naming the file, and a failed start removes what it made."""
+    dirs exist, with ipc asked for): still exit 2, one logged error line naming the file, and a failed start
+    removes what it made."""
     run_dir = tmp_path / "run"
     proc, leftovers = _run_head(["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0",
-                                 "--max-seconds", "1", "--run-dir", str(run_dir), "--resume", files["badckpt"]],
-                                tmp_path)
+                                 "--max-seconds", "1", "--run-dir", str(run_dir), "--resume", files["badckpt"],
+                                 "--set", "transport.local_transport=ipc"], tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = _error_lines(proc.stderr)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
+from bench.attack import hello
 from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar, collector_config
@@ -204,11 +205,51 @@ def test_registration_assigns_ids_endpoints_and_epsilon() -> None:
         head.close()
 
 
+def test_local_collectors_get_ipc_endpoints_only_when_asked() -> None:
+    """local_transport=ipc: a collector on this host (loopback, same hostname) sends over a unix socket;
+    another host name gets TCP."""
+    head = Head(make_replay(), config=small_config(local_transport="ipc"))
+    try:
+        assert head.welcome.data_endpoint.startswith("ipc://")
+        remote = hello(head.ctx, head.thread.control_endpoint, {"host": "elsewhere", "pid": 1, "slot": 1,
+                                                                "nonce": os.urandom(8).hex(), "envs": 2})
+        assert remote["data_endpoint"].startswith("tcp://127.0.0.1:")
+    finally:
+        head.close()
+
+
+def test_a_registration_without_a_descriptor_is_refused_and_the_next_one_welcomed(monkeypatch) -> None:
+    """The data socket's listener cannot be made (EMFILE: a burst took the last descriptors after the
+    registrar's check): the HELLO gets a refusal naming the cause, is counted, and nothing of it is kept."""
+    import errno
+
+    import ingest.registration as registration
+
+    head = Head(make_replay())
+    try:
+        real = registration.bind_tcp
+
+        def no_descriptor(*args, **kwargs):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(registration, "bind_tcp", no_descriptor)
+        fields = {"host": "elsewhere", "pid": 1, "slot": -1, "envs": 1}
+        refused = hello(head.ctx, head.thread.control_endpoint, {**fields, "nonce": os.urandom(8).hex()})
+        assert "short of file descriptors" in refused.get("refused", ""), refused
+        assert wait_for(lambda: head.thread.stats().rejected_by_reason.get("too_many_collectors") == 1, 10)
+        assert head.thread.stats().registrations == 1  # the harness's own
+        monkeypatch.setattr(registration, "bind_tcp", real)
+        welcome = hello(head.ctx, head.thread.control_endpoint, {**fields, "nonce": os.urandom(8).hex()})
+        assert "refused" not in welcome and welcome["data_endpoint"].startswith("tcp://"), welcome
+    finally:
+        head.close()
+
+
 def _check_stream_epsilons(head: Head) -> None:
     second = register(head.ctx, head.thread.control_endpoint, slot=1, timeout_s=10)
     assert head.cid == 1 and second.collector_id == 2
     assert head.welcome.data_endpoint != second.data_endpoint
-    assert head.welcome.data_endpoint.startswith("ipc://")  # same host, local_transport=ipc
+    assert head.welcome.data_endpoint.startswith("tcp://127.0.0.1:")  # the default local_transport=tcp
     # N = 2 collectors x K = 2 envs: stream i = slot * 2 + k explores with 0.4 ** (1 + 7 i / 3)
     assert head.welcome.epsilons == pytest.approx([0.4, 0.4 ** (1 + 7 / 3)])
     assert second.epsilons == pytest.approx([0.4 ** (1 + 14 / 3), 0.4 ** 8])

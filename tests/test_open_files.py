@@ -92,3 +92,73 @@ def test_a_burst_past_the_limit_is_shed_and_the_endpoint_answers_again() -> None
         child.kill()
         child.wait()
         child.stdout.close()
+
+
+# A bind that finds no descriptor left: the guard saw room, then another listener's burst took it (the check
+# is patched to see room; every descriptor is taken by hand).
+REBIND_AT_THE_LIMIT = """
+import errno, os, resource, time, zmq
+import shared.open_files as open_files
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+ctx = zmq.Context()
+router = ctx.socket(zmq.ROUTER)
+router.linger = 0
+guard = open_files.ListenerGuard(router, open_files.bind_tcp(router, "127.0.0.1"))
+guard.reset(0.0, "test")
+time.sleep(0.5)  # the old listener closes in libzmq's thread
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError as exc:
+    assert exc.errno == errno.EMFILE, exc
+seen = open_files.fds_left
+open_files.fds_left = lambda probe: 1 << 20
+guard.check(10.0)
+print("bound at the limit:", guard.bound, flush=True)
+open_files.fds_left = seen
+for fd in held:
+    os.close(fd)
+deadline = time.monotonic() + 30
+while not guard.bound and time.monotonic() < deadline:
+    guard.check(20.0)
+    time.sleep(0.05)
+print("bound with room:", guard.bound, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_binding_again_at_the_limit_fails_and_leaves_the_process_alive() -> None:
+    """libzmq's own TCP bind aborts the process at the open-file limit (its address resolution asserts);
+    the guard's bind (bind_tcp) fails there, stays unbound, and binds once descriptors are back."""
+    done = subprocess.run([sys.executable, "-c", REBIND_AT_THE_LIMIT], cwd=ROOT, env=head_env(),
+                          capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "bound at the limit: False" in done.stdout and "bound with room: True" in done.stdout, done.stdout
+
+
+def test_bind_tcp_makes_a_listener_zeromq_serves_and_unbinds() -> None:
+    """bind_tcp (with the socket's RCVBUF set): any free port, the endpoint as libzmq names it (unbind takes
+    it), a taken port is an OSError, and the socket's later binds make their own listeners."""
+    from shared.open_files import bind_tcp, split_tcp
+
+    ctx = zmq.Context()
+    try:
+        router = ctx.socket(zmq.ROUTER)
+        router.linger = 0
+        router.rcvbuf = 16384
+        endpoint = bind_tcp(router, "127.0.0.1")
+        host, port = split_tcp(endpoint)
+        assert host == "127.0.0.1" and port > 0 and router.last_endpoint.decode() == endpoint
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.linger = 0
+        dealer.connect(endpoint)
+        dealer.send(b"ping")
+        assert router.poll(10_000) and router.recv_multipart()[1] == b"ping"
+        with pytest.raises(OSError):  # the port is taken
+            bind_tcp(ctx.socket(zmq.ROUTER), "127.0.0.1", port)
+        router.unbind(endpoint)
+        router.bind("tcp://127.0.0.1:0")  # USE_FD was reset: libzmq makes this listener itself
+        assert split_tcp(router.last_endpoint.decode())[1] != 0
+    finally:
+        ctx.destroy(linger=0)

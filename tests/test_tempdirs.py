@@ -83,7 +83,7 @@ def _head(tmpdir: Path, run_dir: Path, out: Path) -> subprocess.Popen:
     with open(out, "wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "launcher", "--env", "CartPole-v1", "--profile", "cpu", "--collectors", "0",
-             "--port", "0", "--run-dir", str(run_dir)],
+             "--port", "0", "--run-dir", str(run_dir), "--set", "transport.local_transport=ipc"],
             cwd=ROOT, env=dict(head_env(), TMPDIR=str(tmpdir)), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
 
