@@ -41,7 +41,7 @@ from replay.chunk_plan import max_chunk_frames
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
-from shared.open_files import ListenerGuard, bind_tcp, split_tcp
+from shared.open_files import ListenerGuard, bind_tcp
 from shared.protocol import (
     HEADER_SIZE,
     HELLO,
@@ -210,7 +210,7 @@ class Registrar:
     @staticmethod
     def _bind(sock: zmq.Socket, endpoint: str) -> str:
         if endpoint.startswith("tcp://"):  # OSError at the open-file limit, where libzmq's own bind aborts
-            return bind_tcp(sock, *split_tcp(endpoint))
+            return bind_tcp(sock, endpoint)
         sock.bind(endpoint)
         return endpoint
 
@@ -253,10 +253,8 @@ class Registrar:
                 self._send(identity, encode_json(WELCOME, {"refused": "this HELLO's nonce was answered already; "
                                                                       "register with a new nonce"}))
             return False
-        if self.guard is not None and self.guard.short():  # a bind now could abort the process (EMFILE)
-            reject("too_many_collectors", "open files")
-            self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; "
-                                                                  "retry later"}))
+        if self.guard is not None and self.guard.short():  # its socket and listener would likely fail: not tried
+            self._refuse_short_of_files(identity, reject)
             return False
         if open_count >= self.max_open:
             reject("too_many_collectors", "")
@@ -269,9 +267,7 @@ class Registrar:
         except (OSError, zmq.ZMQError) as exc:  # no descriptor for its socket or listener: refused, nothing kept
             if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
-            reject("too_many_collectors", "open files")
-            self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; "
-                                                                  "retry later"}))
+            self._refuse_short_of_files(identity, reject)
             return False
         if nonce:
             self._welcomes[nonce] = (reply, identity, state)
@@ -280,6 +276,10 @@ class Registrar:
         admit(state)
         self._send(identity, reply)
         return True
+
+    def _refuse_short_of_files(self, identity: bytes, reject: Reject) -> None:
+        reject("too_many_collectors", "open files")
+        self._send(identity, encode_json(WELCOME, {"refused": "the head is short of file descriptors; retry later"}))
 
     def _send(self, identity: bytes, reply: list[bytes]) -> None:
         try:

@@ -153,10 +153,11 @@ class WeightPublisher:
         try:  # a failed bind must not leave the socket open: the context's term() would wait on it forever
             for ep in [endpoints] if isinstance(endpoints, str) else endpoints:
                 if ep.startswith("tcp://"):  # OSError at the open-file limit, where libzmq's own bind aborts
-                    bound = bind_tcp(self._sock, *split_tcp(ep))
+                    bound = bind_tcp(self._sock, ep)
                     tcp_bound.append(bound)
-                    if ep.endswith(":0"):
-                        ep = f"{ep.rsplit(':', 1)[0]}:{split_tcp(bound)[1]}"
+                    host, port = split_tcp(ep)
+                    if port == 0:  # the address as given, with the port the kernel chose
+                        ep = f"tcp://{host}:{split_tcp(bound)[1]}"
                 else:
                     self._sock.bind(ep)
                 self.endpoints.append(ep)

@@ -50,11 +50,12 @@ def fds_left(probe: int) -> int:
     return (1 << 30) if soft == resource.RLIM_INFINITY else max(0, soft - fd)
 
 
-def bind_tcp(sock: zmq.Socket, host: str, port: int = 0) -> str:
-    """Bind `sock` to `host:port` (IPv4 or a name for one; port 0 = any free port) and return the endpoint as
-    libzmq names it (LAST_ENDPOINT, what unbind() takes). The listening socket is made here, as libzmq would
+def bind_tcp(sock: zmq.Socket, endpoint: str) -> str:
+    """Bind `sock` to `tcp://host:port` (IPv4 or a name for one; port 0 = any free port) and return the endpoint
+    as libzmq names it (LAST_ENDPOINT, what unbind() takes). The listening socket is made here, as libzmq would
     make it (close-on-exec, SO_REUSEADDR, the socket's SNDBUF/RCVBUF and BACKLOG), and handed over with
     ZMQ_USE_FD: with no descriptor left this raises OSError (EMFILE) where `sock.bind()` would abort."""
+    host, port = split_tcp(endpoint)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # close-on-exec: Python's default
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,7 +72,7 @@ def bind_tcp(sock: zmq.Socket, host: str, port: int = 0) -> str:
     fd = listener.detach()  # libzmq owns it from here, and closes it at unbind() or close()
     try:
         sock.setsockopt(zmq.USE_FD, fd)
-        sock.bind(f"tcp://{host}:{port}")  # with USE_FD libzmq takes the address from the descriptor
+        sock.bind(endpoint)  # with USE_FD libzmq takes the address from the descriptor
     except BaseException:
         os.close(fd)
         raise
@@ -106,7 +107,7 @@ class ListenerGuard:
         if not self._bound:  # bind again once the closed connections gave their descriptors back
             if fds_left(self._probe) >= FDS_SPARE // 2:
                 try:  # the descriptors can be gone again by now (another listener's burst): bind_tcp fails
-                    bind_tcp(self._sock, *split_tcp(self._endpoint))
+                    bind_tcp(self._sock, self._endpoint)
                     self._bound = True
                 except (OSError, zmq.ZMQError) as exc:  # no descriptor, or the old listener is still closing in
                     log.debug("cannot bind %s again yet: %s", self._endpoint, exc)  # libzmq's thread: next turn

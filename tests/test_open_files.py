@@ -103,7 +103,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIM
 ctx = zmq.Context()
 router = ctx.socket(zmq.ROUTER)
 router.linger = 0
-guard = open_files.ListenerGuard(router, open_files.bind_tcp(router, "127.0.0.1"))
+guard = open_files.ListenerGuard(router, open_files.bind_tcp(router, "tcp://127.0.0.1:0"))
 guard.reset(0.0, "test")
 held = []
 try:
@@ -146,7 +146,7 @@ def test_bind_tcp_makes_a_listener_zeromq_serves_and_unbinds() -> None:
         router = ctx.socket(zmq.ROUTER)
         router.linger = 0
         router.rcvbuf = 16384
-        endpoint = bind_tcp(router, "127.0.0.1")
+        endpoint = bind_tcp(router, "tcp://127.0.0.1:0")
         host, port = split_tcp(endpoint)
         assert host == "127.0.0.1" and port > 0 and router.last_endpoint.decode() == endpoint
         dealer = ctx.socket(zmq.DEALER)
@@ -155,7 +155,7 @@ def test_bind_tcp_makes_a_listener_zeromq_serves_and_unbinds() -> None:
         dealer.send(b"ping")
         assert router.poll(10_000) and router.recv_multipart()[1] == b"ping"
         with pytest.raises(OSError):  # the port is taken
-            bind_tcp(ctx.socket(zmq.ROUTER), "127.0.0.1", port)
+            bind_tcp(ctx.socket(zmq.ROUTER), endpoint)
         router.unbind(endpoint)
         router.bind("tcp://127.0.0.1:0")  # USE_FD was reset: libzmq makes this listener itself
         assert split_tcp(router.last_endpoint.decode())[1] != 0
