@@ -33,7 +33,7 @@ EXIT_BAD_INPUT = 2
 EXIT_PROGRESS_LOST = 3
 EXIT_FORCED = 130
 EXIT_CODES = f"""exit status:
-  {EXIT_OK}    stopped by a limit, a target or a signal, with its final checkpoint written (or --no-train)
+  {EXIT_OK}    stopped by a limit, a target (--target-return, --until-flags) or a signal, with its final checkpoint written (or --no-train)
   {EXIT_FAILED}    the head stopped on an internal failure (head.log says which); the final checkpoint was written
   {EXIT_BAD_INPUT}    bad input: a flag, config value, env, run dir, keys, device, port or a checkpoint that cannot be
        resumed or started from; one `error:` line, nothing left running
@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-seconds", type=float, help="stop after this much wall time")
     parser.add_argument("--target-return", type=float,
                         help="stop once the mean return of the last logging.episode_window episodes reaches this")
+    parser.add_argument("--until-flags", dest="until_flags", type=float, metavar="RATE",
+                        help="Mario: stop once logging.stop_flag_evals periodic evaluations in a row reach this flag "
+                             "rate (e.g. 0.8), final checkpoint written; same as --set logging.stop_flag_rate=RATE")
     parser.add_argument("--run-dir", help="where logs, metrics and checkpoints go (default runs/<timestamp>)")
     parser.add_argument("--resume", help="checkpointed run directory to continue")
     parser.add_argument("--init-from", dest="init_from",
@@ -122,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         "logging.interval_s": args.log_interval,
         "env.seed": args.seed,
         "learner.init_from": args.init_from,
+        "logging.stop_flag_rate": args.until_flags,
     }
     overrides += [f"{key}={value}" for key, value in shortcuts.items() if value is not None]
     cfg = load_config(args.profile, overrides)  # profile, the env's preset (config_optimized.py), overrides

@@ -15,6 +15,9 @@ Ten episodes rank snapshots coarsely (a 1-3 snapshot at 7/10 played 16/30 and th
 `keep` > 1 (`logging.eval_keep`) the runners-up stay too: the keep - 1 best-scoring snapshots after best/,
 each under `<run>/kept/<updates>/` with its eval/, for choosing what to ship by more episodes afterwards
 (`python -m evaluate.suite <run>/best <run>/kept/* --levels ...`). Every other snapshot is deleted.
+
+`cleared(rate, evals)` is the train-until-cleared rule (`logging.stop_flag_rate`, `--until-flags`): the last
+`evals` finished evaluations, a resumed run's rows in evals.jsonl included, each reached `rate` flags.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ EVALS_DIR = "evals"  # snapshots being evaluated live in <run>/evals/<updates>/
 BEST_DIR = "best"
 KEPT_DIR = "kept"  # runners-up to best/ (keep > 1): <run>/kept/<updates>/
 ROWS_FILE = "evals.jsonl"
+FLAG_HISTORY = 1_000  # finished evaluations' flag rates kept for the stop rule (its evals is at most this)
 NICE = 10  # below the collectors and the learner: an evaluation only takes idle CPU when cores are short
 
 
@@ -71,7 +75,9 @@ class PeriodicEvaluator:
         self._meta: dict[str, Any] = {}
         self._log_file: Any = None
         self._best_updates: int | None = None
-        best_rows = [r for r in self._rows() if r.get("best")]
+        rows = self._rows()
+        self.flag_rates: list[float] = [_flag_rate(r) for r in rows][-FLAG_HISTORY:]  # finished ones, oldest first
+        best_rows = [r for r in rows if r.get("best")]
         if best_rows:  # a resumed run keeps its best, and only a better snapshot replaces it
             self.best = score(best_rows[-1])
             self._best_updates = int(best_rows[-1].get("updates", 0))
@@ -104,6 +110,10 @@ class PeriodicEvaluator:
         evals = self.run_dir / EVALS_DIR
         if evals.is_dir() and not any(evals.iterdir()):
             evals.rmdir()
+
+    def cleared(self, rate: float, evals: int) -> bool:
+        """True once the last `evals` finished evaluations each reached a flag rate of at least `rate` (> 0)."""
+        return cleared(self.flag_rates, rate, evals)
 
     @property
     def running(self) -> bool:
@@ -157,6 +167,7 @@ class PeriodicEvaluator:
         with open(self.run_dir / ROWS_FILE, "a") as fh:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
         self.last = row
+        self.flag_rates = (self.flag_rates + [_flag_rate(row)])[-FLAG_HISTORY:]
         if better:
             demoted = self.best
             self.best = score(summary)
@@ -238,6 +249,18 @@ class PeriodicEvaluator:
             except ValueError:
                 continue
         return rows
+
+
+def cleared(flag_rates: list[float], rate: float, evals: int) -> bool:
+    """The stop rule over finished evaluations' flag rates (oldest first): the last `evals` all reach `rate`."""
+    if rate <= 0 or evals < 1 or len(flag_rates) < evals:
+        return False
+    return all(r >= rate - 1e-9 for r in flag_rates[-evals:])  # 8/10 is 0.8 whatever the float rounding
+
+
+def _flag_rate(row: dict[str, Any]) -> float:
+    value = row.get("flag_rate")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _lower_priority() -> None:  # runs in the child between fork and exec

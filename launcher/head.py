@@ -265,6 +265,11 @@ class Head:
                     break
                 self.evaluator.poll({"updates": self.learner.updates, "env_steps": self.env_steps(),
                                      "elapsed_s": now - started})
+                if self.train and self.evaluator.cleared(cfg.logging.stop_flag_rate, cfg.logging.stop_flag_evals):
+                    log.info("cleared: the last %d evaluation(s) reached a flag rate of %.2f (logging.stop_flag_rate)",
+                             cfg.logging.stop_flag_evals, cfg.logging.stop_flag_rate)
+                    reason = "flags_cleared"
+                    break
                 if self.consolidation.errors_since_accepted >= CONSOLIDATION_FAILURE_ROUNDS:
                     log.error("the consolidation thread failed %d times without accepting a chunk (last: %s): "
                               "stopping; this is a bug in the head, please report it with head.log",

@@ -226,6 +226,10 @@ class LoggingConfig:
     # Snapshots kept: best/ and the eval_keep - 1 next-best in run/kept/<updates>/, to choose what to ship by
     # more episodes than eval_episodes afterwards (evaluate.suite over them); 1 = best/ only
     eval_keep: int = 1
+    # Train until cleared: stop once stop_flag_evals evaluations in a row (resumed ones count) reach this flag rate,
+    # with the final checkpoint written (`--until-flags RATE`); needs eval_every_s > 0 and a Mario env; 0 = off
+    stop_flag_rate: float = 0.0
+    stop_flag_evals: int = 1
 
 
 @dataclass(frozen=True)

@@ -244,8 +244,24 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("logging.eval_episodes", lg.eval_episodes, 1, 10_000)
     _float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
     _int_range("logging.eval_keep", lg.eval_keep, 1, 1_000)
+    _check_stop_rule(cfg)
 
     check_memory(cfg, available_bytes)
+
+
+def _check_stop_rule(cfg: Config) -> None:
+    """The train-until-cleared rule needs evaluations that count flags: a rate in [0, 1], at least one evaluation."""
+    lg = cfg.logging
+    _float_range("logging.stop_flag_rate", lg.stop_flag_rate, 0.0, 1.0)
+    _int_range("logging.stop_flag_evals", lg.stop_flag_evals, 1, 1_000)
+    if lg.stop_flag_rate <= 0:
+        return
+    if not is_mario(cfg.env.env_id):
+        _fail("logging.stop_flag_rate", lg.stop_flag_rate, f"0 (off) for {cfg.env.env_id}: only Mario evaluations "
+              "count flags")
+    if lg.eval_every_s <= 0:
+        _fail("logging.stop_flag_rate", lg.stop_flag_rate, "0 (off) with logging.eval_every_s=0: the rule reads the "
+              "periodic evaluations (set logging.eval_every_s > 0)")
 
 
 def check_welcome(cfg: Config, available_bytes: int | None = None) -> None:

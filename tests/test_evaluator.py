@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.evaluator import BEST_DIR, EVALS_DIR, KEPT_DIR, ROWS_FILE, PeriodicEvaluator, score
+from launcher.evaluator import BEST_DIR, EVALS_DIR, KEPT_DIR, ROWS_FILE, PeriodicEvaluator, cleared, score
 from shared.config import (
     CollectorConfig,
     Config,
@@ -144,6 +144,40 @@ def test_runners_up_are_kept_by_score_and_a_resumed_run_trims_them_to_its_keep(t
     assert kept_tags(run) == [] and (run / BEST_DIR).is_dir()
 
 
+def test_the_stop_rule_needs_its_evaluations_in_a_row() -> None:
+    assert not cleared([], 0.8, 1)
+    assert cleared([0.8], 0.8, 1) and not cleared([0.7], 0.8, 1)
+    assert not cleared([0.9, 0.7], 0.8, 1)  # the last one decides
+    assert cleared([0.0, 0.9, 0.8], 0.8, 2) and not cleared([0.9, 0.7, 0.8], 0.8, 2)
+    assert not cleared([0.8], 0.8, 2)  # fewer evaluations than the rule needs
+    assert not cleared([1.0, 1.0], 0.0, 1)  # rate 0: the rule is off
+    assert cleared([0.1 * 8], 0.8, 1)  # 8/10 as the evaluation computes it
+
+
+def test_the_stop_rule_counts_a_resumed_runs_evaluations(tmp_path) -> None:
+    run, fake = _fake_run(tmp_path, [_summary(0.9, 3000), _summary(0.3, 900), _summary(0.8, 3100),
+                                     _summary(0.9, 3200)])
+    clock, tag = Clock(), [0]
+
+    def evaluator() -> PeriodicEvaluator:
+        return PeriodicEvaluator(run, every_s=60, episodes=10, epsilon=0.05, write_snapshot=_snapshot_writer(tag),
+                                 clock=clock, python=str(fake))
+
+    ev = evaluator()
+    for updates in (100, 200):
+        tag[0] = updates
+        _run_to_completion(ev, clock, updates)
+    assert ev.cleared(0.8, 1) is False  # 0.9 then 0.3: the streak is broken
+    tag[0] = 300
+    _run_to_completion(ev, clock, 300)
+    assert ev.cleared(0.8, 1) and not ev.cleared(0.8, 2)
+    again = evaluator()  # resumed: the rows in evals.jsonl count
+    assert again.cleared(0.8, 1) and not again.cleared(0.8, 2)
+    tag[0] = 400
+    _run_to_completion(again, clock, 400)
+    assert again.cleared(0.8, 2) and not again.cleared(0.8, 3)
+
+
 def test_close_stops_a_running_evaluation_and_leaves_nothing(tmp_path) -> None:
     sleeper = tmp_path / "slow_python"
     sleeper.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
@@ -212,3 +246,35 @@ def test_a_training_head_evaluates_periodically_and_keeps_a_playable_best(tmp_pa
     assert not head.evaluator.running
     leftovers = list((tmp_path / "run" / EVALS_DIR).iterdir()) if (tmp_path / "run" / EVALS_DIR).exists() else []
     assert leftovers == []
+
+
+@pytest.mark.slow
+def test_a_head_with_the_stop_rule_stops_once_cleared_and_writes_its_checkpoint(tmp_path, monkeypatch) -> None:
+    """Real head and collector on CartPole; the evaluations are the fake's (a flag rate of 1.0, then 0.9): the run
+    ends by itself with reason flags_cleared after the second, its final checkpoint written."""
+    import functools
+
+    from launcher import head as head_module
+    from launcher.head import Head, StopAt
+    from learner.checkpoint import load_checkpoint
+
+    run, fake = _fake_run(tmp_path, [_summary(1.0, 3000), _summary(0.9, 3000), _summary(0.0, 0)])
+    monkeypatch.setattr(head_module, "PeriodicEvaluator", functools.partial(PeriodicEvaluator, python=str(fake)))
+    cfg = replace(
+        Config(),
+        env=EnvConfig(env_id="CartPole-v1", max_episode_steps=200),
+        collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
+        replay=ReplayConfig(capacity=10_000),
+        learner=LearnerConfig(device="cpu", precision="fp32", hidden=32, warmup_transitions=200),
+        transport=TransportConfig(port=0),
+        logging=LoggingConfig(eval_every_s=1.0, eval_episodes=10, stop_flag_rate=0.8, stop_flag_evals=2),
+    )
+    head = Head(cfg, run)
+    try:
+        summary = head.run(StopAt(seconds=500.0), threading.Event())  # the deadline only catches a hang
+    finally:
+        head.close()
+    assert summary["reason"] == "flags_cleared"
+    rows = [json.loads(line) for line in (run / ROWS_FILE).read_text().splitlines()]
+    assert [r["flag_rate"] for r in rows] == [1.0, 0.9]
+    assert load_checkpoint(run).counters["updates"] == summary["updates"]
