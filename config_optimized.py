@@ -74,7 +74,7 @@ def cpu_profile() -> Config:
             torch_threads=0,
             # the whole update as one compiled device step (step_mode="captured") took 38% more CPU per update
             # than this eager bf16 learner at batch 32 (64.6 vs 46.7 ms) and its cold compile 2-3.5 minutes
-            # (2026-11-25, docs/bench/learner_step_cpu_2026-11-25.json): eager stays
+            # (2026-11-25, results/bench/learner_step_cpu_2026-11-25.json): eager stays
             step_mode="eager",
             warmup_transitions=5_000,
             # each transition replayed 8 times; collectors wait once they lead that ratio by 2,000

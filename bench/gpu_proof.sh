@@ -5,7 +5,7 @@
 #      (updates/s, host CPU ms per update, GPU busy fraction, data wait, compile seconds);
 #   3. short trainings of Mario 1-1 with the profile `auto` picks (what `make run` runs), one per
 #      learner.step_mode in RUN_MODES (eager and captured), nvidia-smi sampled beside them.
-# Everything goes to docs/gpu/<date>-<commit>/: raw logs and JSON, the commit, torch/CUDA versions.
+# Everything goes to results/gpu/<date>-<commit>/: raw logs and JSON, the commit, torch/CUDA versions.
 #
 # Usage, from the repository root (docs/GPU.md says how to install on a machine without a registry):
 #   bash bench/gpu_proof.sh                      # .venv/bin/python if there is one, else python3
@@ -63,7 +63,7 @@ BENCH_ARGS=${BENCH_ARGS:-"--repeats 2 --seconds 3 --precisions auto"}  # AMP at 
 BENCH_LIMIT=${BENCH_LIMIT:-360}
 ARCHIVE=${ARCHIVE:-}
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-OUT=docs/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}
+OUT=results/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary$RUN_TAG.txt
 : > "$SUMMARY"

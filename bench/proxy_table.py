@@ -10,7 +10,7 @@ same file, in the copies kept under docs/).
     python -m bench.proxy_table runs/scale/a-s0 runs/scale/u-s0 [--labels a u] [--milestones 50000,100000]
         [--json OUT.json]
 
-Prints a Markdown table; --json writes the rows (and the command) for docs/bench/.
+Prints a Markdown table; --json writes the rows (and the command) for results/bench/.
 """
 
 from __future__ import annotations

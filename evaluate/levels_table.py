@@ -1,6 +1,6 @@
 """`python -m evaluate.levels_table [SUITE_JSON ...] [--write | --check]`: the README's Levels table.
 
-Built from the suites' JSON only (default: every `docs/suite/*/suite.json`), so the table says what the
+Built from the suites' JSON only (default: every `results/suite/*/suite.json`), so the table says what the
 shipped checkpoints measurably do. One row per level and evaluated checkpoint: the checkpoint trained on
 that level first, then any other checkpoint evaluated there (what a policy trained on another level
 does on it). Columns: the flag rate and mean x_pos over the suite's episodes, the training behind the
@@ -36,7 +36,7 @@ class TableError(Exception):
 
 
 def default_suites(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "docs" / "suite").glob("*/suite.json"))
+    return sorted((root / "results" / "suite").glob("*/suite.json"))
 
 
 def _level_of(env_id: str) -> str:
@@ -109,7 +109,7 @@ def splice(readme: str, table: str, where: str = "README.md") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evaluate.levels_table", description=__doc__.splitlines()[0])
-    ap.add_argument("suites", type=Path, nargs="*", help="suite.json files (default: docs/suite/*/suite.json)")
+    ap.add_argument("suites", type=Path, nargs="*", help="suite.json files (default: results/suite/*/suite.json)")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="replace the README's table")

@@ -14,7 +14,7 @@ then "-" when most seeds did not).
 
 A RUN may also be a JSON that `--json` wrote: its seeds' recorded evaluations (env steps, minutes, flag rate,
 mean x_pos) stand in for their run directories, which need not exist any more, so a new seed can join the
-table of earlier ones (`python -m evaluate.seeds docs/robust_1-1/seeds_0_1.json runs/robust/s2`). Its labels are
+table of earlier ones (`python -m evaluate.seeds results/robust_1-1/seeds_0_1.json runs/robust/s2`). Its labels are
 the recorded ones unless --labels names every seed.
 
 Prints a Markdown table; --json writes the rows and the command; --png draws the seeds' evaluations (mean x_pos
