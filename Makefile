@@ -23,9 +23,30 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
 .PHONY: install test test-random test-fast test-env run bench soak eval suite lint keys clean record-golden record-scale-chunks \
-	wheelhouse wheelhouse-nes-py9
+	wheelhouse wheelhouse-nes-py9 help
 
 install: $(STAMP)
+
+# One line per target (tests/test_make_help.py checks that every .PHONY target is listed).
+help:
+	@echo "make run          train (Mario 1-1, the auto profile) until Ctrl-C; options via ARGS=\"...\" (docs/training.md)"
+	@echo "make test         the whole test suite, what CI runs (docs/testing.md)"
+	@echo "make test-fast    the suite without the slow mark"
+	@echo "make test-random  the suite in a random order"
+	@echo "make test-env     the environment tests only (no torch needed)"
+	@echo "make lint         ruff over the repository"
+	@echo "make eval         play a checkpoint: CHECKPOINT=runs/<run> ARGS=\"--epsilon 0.05\" (docs/evaluation.md)"
+	@echo "make suite        checkpoints x levels x evaluation seeds: CHECKPOINT=\"runs/a runs/b\" ARGS=\"--levels 1-1 --out DIR\""
+	@echo "make bench        throughput against the emulator ceiling and the naive design (BENCHMARKS.md)"
+	@echo "make soak         the fault soak, SOAK_MINUTES (60) of injected failures"
+	@echo "make keys         CURVE keys for collectors on other machines: KEYS_DIR=keys [CLIENTS=\"m1 m2\"] (docs/clusters.md)"
+	@echo "make install      the venv only (make run and make test do it themselves)"
+	@echo "make record-golden        rewrite the Mario env's golden fixture (on purpose only)"
+	@echo "make record-scale-chunks  rewrite the scale bench's recorded chunks (on purpose only)"
+	@echo "make wheelhouse           wheels for a machine without a package registry (docs/GPU.md)"
+	@echo "make wheelhouse-nes-py9   the nes-py 9 wheels for a machine that keeps its own Python 3.12 (docs/GPU.md)"
+	@echo "make clean        remove the venvs, runs/bench and pytest's cache"
+	@echo "make help         this list"
 
 # pip, quiet: what it prints matters only when something fails. Dropped: pip's notes on find-links
 # locations it skips, and setuptools' "Editable installation" notice (a UserWarning relayed from the

@@ -37,16 +37,9 @@ from shared.config import (
 from shared.config_checks import estimate_replay_bytes
 from shared.sizes import available_memory_bytes
 
-# The per-env-step rule (BENCHMARKS.md, "Per env step"; 200k-env-step runs on the 2-core VM, where learning per
-# env step is measured as on any machine): what moves learning per env step is the number of gradient updates per
-# env step, not the samples in each update or the number of env streams. The CPU recipe, 0.25 updates of 32 per
-# env step, reached 1,397-1,567 mean x_pos (least-exploring stream, 2 seeds) by 200k env steps; a quarter of the
-# updates flattened at 1,029-1,085 (2 seeds); a quarter of the updates at 4x the batch did not make it up (910
-# and 1,045, 2 seeds), nor with twice the learning rate for it (1,066 and 1,288, 2 seeds: Adam's square-root
-# rule; final evaluations 766 and 785, under the recipe's 1,141-1,333); 2 x 64 streams with per-stream epsilons
-# at 0.25 learned as well by evaluation (2 seeds, one to 150k). So every profile keeps batch 32 at 8 samples per
-# insert, and where the learner cannot keep that ratio its collectors wait (max_insert_lead) instead of letting
-# the ratio fall: a GPU box then collects at ~4x its learner's rate.
+# The per-env-step rule: learning per env step follows gradient updates per env step, not the batch or the
+# number of streams, so every profile trains at batch 32 and 8 samples per insert (0.25 updates per env step) and
+# holds its collectors to that ratio (docs/experiments/per_env_step.md).
 RULE_BATCH = 32
 RULE_SAMPLES_PER_INSERT = 8.0  # 0.25 updates per env step at RULE_BATCH
 GPU_INSERT_LEAD = 50_000  # ~12 chunks of 32 envs x 128 steps: collectors stream freely, the ratio holds over a run
@@ -57,28 +50,24 @@ def cpu_profile() -> Config:
     return Config(
         collectors=CollectorConfig(count=2, envs_per_collector=8, chunk_steps=128),
         replay=ReplayConfig(capacity=100_000, storage_device="cpu"),
-        # Credits: each collector has at most 2 unacknowledged chunks, so when learner.max_insert_lead makes
-        # collectors wait, the data they then send is at most 2 chunks old (without credits the socket
-        # queues held ~10k transitions: a weight lag of 1,300-2,500 updates, BENCHMARKS.md "insert gate")
+        # credits: at most 2 unacknowledged chunks per collector, so gated collectors send fresh data (weight lag
+        # 60-400 updates, was 1,300-2,500: BENCHMARKS.md#insert-gate)
         transport=TransportConfig(max_chunks_in_flight=2),
         learner=LearnerConfig(
             device="cpu",
             batch_size=RULE_BATCH,  # CPU updates cost ~24 ms at 32 (bf16); bigger batches starve collectors
             precision="auto",  # bf16 where the CPU has native bf16 kernels (AVX512-BF16/AMX), else fp32
-            # compiled networks made 0.95x the eager updates/s in fp32 at batch 32 after a 42 s cold compile
-            # (2026-11-27, BENCHMARKS.md "Compiled networks on this CPU")
+            # compiled networks made 0.95x the eager updates/s after a 42 s cold compile (BENCHMARKS.md#cpu)
             compile_mode="off",
-            # auto: one thread with bf16; in fp32 (no native bf16 kernels) the learner is ~4x slower, its collectors
-            # wait and the second core idles, so it takes both: 8.84-8.90 vs 7.50-7.74 updates/s (ABBA, 2026-11-27,
-            # BENCHMARKS.md "Design measurements")
+            # auto: one thread with bf16; in fp32 both cores, as the collectors wait on the slower learner: 8.84-8.90
+            # against 7.50-7.74 updates/s (BENCHMARKS.md#design-measurements)
             torch_threads=0,
-            # the whole update as one compiled device step (step_mode="captured") took 38% more CPU per update
-            # than this eager bf16 learner at batch 32 (64.6 vs 46.7 ms) and its cold compile 2-3.5 minutes
-            # (2026-11-25, results/bench/learner_step_cpu_2026-11-25.json): eager stays
+            # the captured step took 38% more CPU per update than eager bf16 at batch 32 (64.6 against 46.7 ms) and a
+            # 2-3.5 minute cold compile (results/bench/learner_step_cpu_2026-11-25.json): eager stays
             step_mode="eager",
             warmup_transitions=5_000,
-            # each transition replayed 8 times; collectors wait once they lead that ratio by 2,000
-            # transitions, so the learner's ~25 updates/s set the pace on 2 cores (BENCHMARKS.md, "Mario 1-1")
+            # the per-env-step rule; collectors wait once they lead it by 2,000 transitions, so the learner sets the
+            # pace on 2 cores (BENCHMARKS.md#insert-gate)
             samples_per_insert=RULE_SAMPLES_PER_INSERT,
             max_insert_lead=2000,
             weight_broadcast_every=100,
@@ -100,8 +89,8 @@ def gpu_workstation_profile() -> Config:
             batch_size=RULE_BATCH,
             grad_accum_steps=1,
             precision="auto",  # fp16 + GradScaler (bf16 where supported and asked for)
-            # CUDA graphs: a DQN update is ~190 small kernels, so launch overhead, not the GPU, sets the
-            # pace (H100: 181 vs 111 updates/s at batch 512; mode="default" was no faster: BENCHMARKS.md)
+            # CUDA graphs: a DQN update is ~190 small kernels, so launches set the pace (H100: 181 against 111
+            # updates/s at batch 512: docs/experiments/gpu.md, "GPU figures (one H100)")
             compile_mode="reduce-overhead",
             lr=2.5e-4,
             warmup_transitions=50_000,
@@ -134,18 +123,15 @@ def gpu_server_profile() -> Config:
             device="cuda",
             batch_size=RULE_BATCH,
             grad_accum_steps=1,
-            # bf16: no GradScaler. Its captured step is slower than fp16's where the kernels bound it (one H200:
-            # 648 against 965 updates/s at batch 512, 1,340 against 1,478 at 64; BENCHMARKS.md), which at
-            # batch 32 and ~400 updates/s leaves the learner ahead of the rule either way
+            # bf16: no GradScaler; slower than fp16 where kernels bound the step (one H200: 648 against 965 updates/s
+            # at batch 512), ahead of the rule's ~400 updates/s at batch 32 either way (docs/experiments/gpu.md)
             precision="bf16",
-            # the whole update, sampling included, replayed as one CUDA graph: 1,750 updates/s at batch 32 and
-            # 965 at 512 on one H200, 9-16x eager (BENCHMARKS.md); it needs the frames on the GPU (2M frames,
-            # ~14 GiB, fit half of any >= 40 GB card) and compiles itself, so the networks are not compiled apart
+            # the whole update as one CUDA graph: 9-15x eager on one H200 (BENCHMARKS.md#gpu-h200); it needs the
+            # frames on the GPU (2M frames, ~14 GiB) and compiles itself, so the networks are not compiled apart
             step_mode="captured",
             compile_mode="off",
-            # the first convolution over 4x4 pixel blocks as 64 channels (tensor cores tile them; 4 channels
-            # fell back to slow kernels that took a third of the GPU time): the captured step at 1,135 against
-            # 988 updates/s at batch 512 and 1,532 against 1,487 at 64 on one H200 (BENCHMARKS.md)
+            # the first convolution as 64 channels, which tensor cores tile: 1.15x the captured step at batch 512 on
+            # one H200 (docs/experiments/gpu.md, "The first convolution as space-to-depth")
             space_to_depth="on",
             lr=2.5e-4,  # the CPU recipe's (Mario's preset sets it too)
             warmup_transitions=50_000,  # ~35 s of 14 collectors
@@ -211,55 +197,33 @@ def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()
 # `section.field -> value` strings, exactly as `--set` takes them. `load_config` applies an env's
 # preset over the hardware profile for every field the user did not set; a `--set` always wins.
 
-# Mario: what the agent learns from. The field defaults in shared/config.py (84x84 frames, 4500-step
-# limit, Ape-X epsilons) stay; these values made 1-1 learn on the 2-core CPU where the old ones stayed
-# at the random policy's level for an hour (BENCHMARKS.md, "Mario 1-1").
-# Levers available but off here (learner/dqn.py, learner/resets.py, shared/network.py; no Mario measurement has
-# shown them a win, so no values are set): learner.quantiles (QR-DQN head), learner.noisy_sigma (NoisyNet
-# exploration), learner.reset_every_updates / reset_head / shrink_perturb (periodic resets of the head,
-# shrink-and-perturb torso) and learner.encoder=impala. Munchausen targets are set below.
-# collectors.eps_per=stream (one epsilon per env stream) was level with the per-collector epsilons on 2 seeds of
-# the 1-1 proxy, so it stays off here; 1-3's preset turns it on.
-# NoisyNet (learner.noisy_sigma=0.5) led on seed 0 of the 1-1 proxy and fell behind on seed 1, so it stays off.
-# Resets every 20k updates at twice the updates per env step (samples_per_insert 16) lost on the 1-1 proxy's seed 0.
-# The epsilon-greedy bootstrap (learner.target_epsilon=0.05) was not ahead on the 1-1 proxy's seed 0 (evaluations
-# 861-1,636 without a flag by 200k env steps against the recipe's up to 1,742-2,151 with flags), so it stays 0.
-# A second exploration stage: first a trained network continued (`--init-from`) with every collector at the evaluation's
-# epsilon (collectors.eps_base=0.05, eps_alpha=0) took 1-2 from 17% to 37% flags at epsilon 0.05 in 205k env steps
-# and to 43% in 341k, and left 1-3 level in 233k ("1-2 and 1-3 continued with every collector at epsilon 0.05", "The
-# epsilon-0.05 stage resumed"); 136k env steps more left 1-2 level, and 137k more on 1-3 at lr 1e-4 moved it within
-# the noise ("1-2 further at epsilon 0.05, 1-3 at a lower learning rate"); on the shipped 1-1 network 142k env steps
-# of it were level (35/60 against 36/60, "The epsilon-0.05 stage on the shipped 1-1 network"). Inside 1-1 runs from
-# 150k env steps, three seeds: best head evaluation by 400k 6, 2, 3/10 against the defaults' 5, 1, 1; final networks
-# 20, 8, 11/30 against 5, 0, 5 ("Robust 1-1 with an epsilon-0.05 stage"): the Mario preset's stage below.
-# Those runs also set learner.target_epsilon=0.05, which did nothing with Munchausen targets until it was fixed
-# (BENCHMARKS.md, "The epsilon-greedy bootstrap was inert with Munchausen targets"): they measured the collectors'
-# epsilon alone. From scratch one epsilon for all streams would explore too little: untested.
+# Mario: what 1-1 learns from on the 2-core CPU. Levers tried and left off (quantiles, noisy_sigma, resets,
+# target_epsilon, eps_per=stream, explore_repeat_mu, the impala encoder): one row each with its verdict in
+# docs/tuning.md; every trial in docs/experiments/levers.md.
 MARIO_PRESET: dict[str, str] = {
     "env.action_set": "right_only",  # 5 actions, all moving right: exploration finds the pipes' jumps sooner
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
     "env.reward_scale": "0.0667",
-    "replay.gamma": "0.9",  # a ~10-step horizon (the PyTorch Mario tutorial's value): dense dx rewards need no more
+    "replay.gamma": "0.9",  # ~10-step horizon: dense dx rewards need no more; 0.97 lost on 1-1 (docs/tuning.md)
     "learner.lr": "2.5e-4",
     "learner.target_update_every": "1000",  # ~40 s at CPU update rates
-    # Munchausen targets (tau 0.03, clip -1): on 2 seeds of the 200k-env-step proxy each, greedy x20 at 200k
-    # 1,615-1,997 and final evaluations 1,524-1,830 with a flag each, against 1,397-1,567 and 1,141-1,333
-    # without (BENCHMARKS.md, "Per env step: the levers"); slower before 150k. No costlier per update
+    # Munchausen targets (tau 0.03, clip -1): ahead of Double DQN on both of 2 seeds of the 200k proxy, no costlier
+    # per update (docs/experiments/levers.md, "Per env step: the levers")
     "learner.munchausen_alpha": "0.9",
-    # the exploration stage (its three 1-1 seeds in the comment above): every collector stream at epsilon 0.05 (the
-    # evaluations') from learner update 36,000, ~150k env steps at 0.24 updates per env step (every profile holds
-    # that ratio); its cost, a later first evaluation flag (149k-318k env steps against 52k-166k)
+    # every stream at the evaluations' epsilon 0.05 from update 36,000 (~150k env steps): it lifted the median seed's
+    # best evaluation and final network, for a later first flag (docs/experiments/seeds_1-1.md, "Robust 1-1 with an
+    # epsilon-0.05 stage")
     "collectors.eps_stage_from": "36000",
-    # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90): evaluate every 10 minutes, keep run/best/;
-    # on 2 cores an evaluation (10 episodes, low priority) takes a few minutes of spare CPU
+    # checkpoints oscillate (flags 5/10 at 80 min, 1/10 at 90: docs/experiments/seeds_1-1.md): evaluate every 10
+    # minutes and keep run/best/; on 2 cores an evaluation takes a few minutes of spare CPU
     "logging.eval_every_s": "600",
-    # a 10-episode evaluation ranks snapshots coarsely (a 1-3 head best at 7/10 played 16/30, then 9/30): keep the
-    # three next-best too (12.6 MB each), to choose what to ship by 30 or more episodes afterwards
+    # 10 episodes rank snapshots coarsely (a 1-3 best at 7/10 played 16/30, then 9/30: docs/experiments/world1.md):
+    # keep the three next-best too (12.6 MB each) to choose what to ship by more episodes
     "logging.eval_keep": "4",
 }
 
 # Cheap envs want a small, fresh replay and a fast-reacting learner. Tuned on CartPole-v1 on the
-# 2-core CPU box (`python -m bench.cartpole_race`, BENCHMARKS.md).
+# 2-core CPU box (`python -m bench.cartpole_race`, BENCHMARKS.md#learning-cartpole-v1-through-the-whole-system).
 CARTPOLE_PRESET: dict[str, str] = {
     "replay.capacity": "100000",  # holds the whole 100k-step budget: forgetting early failures destabilizes CartPole
     "learner.warmup_transitions": "1000",  # a few dozen random episodes are enough to start learning
@@ -279,8 +243,8 @@ CARTPOLE_PRESET: dict[str, str] = {
     "env.reward_scale": "0.1",  # Q ~10 instead of ~100: Adam climbs there in far fewer updates
     "learner.prefetch": "false",  # a 5 ms MLP update loses more to the GIL than it gains (195 vs 142 upd/s)
     "learner.weight_broadcast_every": "25",  # a 0.5 MB MLP is cheap to publish: fresher collector policies
-    # Credit-based flow control: a collector holds its next chunk until the head has read all but 2
-    # (data lag 25 updates median vs 100-300 with 4 KB TCP buffers; 16/17 runs solved vs 1/3; BENCHMARKS.md)
+    # credits: data lag 25 updates median against 100-300 with 4 KB TCP buffers; 16/17 runs solved against 1/3
+    # (docs/history.md, 2026-11-21)
     "transport.max_chunks_in_flight": "2",
 }
 
@@ -326,20 +290,9 @@ ATARI_PRESET: dict[str, str] = {
     "collectors.eps_decay_updates": "0",  # Ape-X's fixed epsilons: the spread explores, no anneal to wait for
 }
 
-# 1-3 (tree-tops over pits, moving lifts): with gamma 0.9 the first jump onto a tall tree-top is never learned
-# (evaluations ~780 x_pos for 449k env steps); gamma 0.97, whose ~33-step horizon still weighs a fall's death
-# penalty when choosing the jump, passes it from 270k env steps and reaches the first lift (evaluations to 1,387
-# by 529k). It then stalls at the lift
-# while exploration comes from two epsilons (0.4, whose episodes rarely get that far, and 0.0007, which replays
-# the greedy route): one epsilon per env stream (16 values from 0.4 to 0.0007) gives the middle epsilons that
-# reach the lift and vary there, and the run's collectors reached the flag 12k env steps after the switch;
-# ez-greedy (held random actions) was on from 700k. One seed, resumed across these changes (BENCHMARKS.md,
-# "1-3 from scratch"); from the first step (another seed) it was still at the first tree-top at 421k env steps.
-# On 1-1 gamma 0.97 loses (2 seeds, "Per env step: the levers"): per level. That run also set
-# learner.target_epsilon=0.05, inert with Munchausen targets then (BENCHMARKS.md, "The epsilon-greedy bootstrap was
-# inert with Munchausen targets"): the preset leaves it off, which is what was measured. Its lift needs the middle
-# epsilons past 150k env steps, so the Mario preset's epsilon-0.05 stage is off here (its continuation at epsilon
-# 0.05 from a network past the lift was level).
+# 1-3 (tree-tops over pits, moving lifts): gamma 0.97 passed the first tall tree-top, one epsilon per env stream
+# the moving lift (ez-greedy was on then), and the epsilon-0.05 stage stays off (the lift needs the middle
+# epsilons). One seed: docs/experiments/world1.md, "1-3 from scratch".
 MARIO_1_3_PRESET: dict[str, str] = {
     **MARIO_PRESET,
     "replay.gamma": "0.97",

@@ -20,7 +20,8 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 # scripts/ is named only by the record, for tools since moved into bench/ (git keeps them).
 TRACKED_TOPS = ("actors", "bench", "docs", "evaluate", "ingest", "launcher", "learner", "replay", "results",
                 "shared", "tests", ".ci")
-NAMED_PATH = re.compile(r"^(?:%s)/[\w./-]*[\w/]$" % "|".join(re.escape(t) for t in TRACKED_TOPS))
+_TOPS = "|".join(re.escape(t) for t in TRACKED_TOPS)
+NAMED_PATH = re.compile(rf"^(?:{_TOPS})/[\w./-]*[\w/]$")
 
 
 def _slug(heading: str) -> str:
