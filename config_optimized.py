@@ -65,12 +65,12 @@ def cpu_profile() -> Config:
             # the captured step took 38% more CPU per update than eager bf16 at batch 32 (64.6 against 46.7 ms) and a
             # 2-3.5 minute cold compile (results/bench/learner_step_cpu_2026-11-25.json): eager stays
             step_mode="eager",
-            warmup_transitions=5_000,
+            warmup_transitions=5_000,  # ~40 s of collection at 130 env steps/s before the first update; not varied alone
             # the per-env-step rule; collectors wait once they lead it by 2,000 transitions, so the learner sets the
             # pace on 2 cores (BENCHMARKS.md#insert-gate)
             samples_per_insert=RULE_SAMPLES_PER_INSERT,
             max_insert_lead=2000,
-            weight_broadcast_every=100,
+            weight_broadcast_every=100,  # ~4 s at the CPU learner's ~25 updates/s; not varied alone
             # 100k frames: ~0.7 GB and a few seconds per checkpoint, so a run in segments (--resume) goes on
             # with the replay it had instead of refilling it (tests/test_resume.py)
             save_replay=True,
@@ -205,7 +205,7 @@ MARIO_PRESET: dict[str, str] = {
     # rewards are dx (~+5 a step running), -25 a death, +50 the flag: scaled to ~[-1.7, 3.3] so Q stays small
     "env.reward_scale": "0.0667",
     "replay.gamma": "0.9",  # ~10-step horizon: dense dx rewards need no more; 0.97 lost on 1-1 (docs/tuning.md)
-    "learner.lr": "2.5e-4",
+    "learner.lr": "2.5e-4",  # the recipe 1-1 learned with; 1e-4 on 1-3 moved it within the noise (docs/tuning.md)
     "learner.target_update_every": "1000",  # ~40 s at CPU update rates
     # Munchausen targets (tau 0.03, clip -1): ahead of Double DQN on both of 2 seeds of the 200k proxy, no costlier
     # per update (docs/experiments/levers.md, "Per env step: the levers")
