@@ -126,7 +126,7 @@ def gpu_server_profile() -> Config:
             # bf16: no GradScaler; slower than fp16 where kernels bound the step (one H200: 648 against 965 updates/s
             # at batch 512), ahead of the rule's ~400 updates/s at batch 32 either way (docs/experiments/gpu.md)
             precision="bf16",
-            # the whole update as one CUDA graph: 9-15x eager on one H200 (BENCHMARKS.md#gpu-h200); it needs the
+            # the whole update as one CUDA graph: 8-12x eager at batch 512 on one H200 (BENCHMARKS.md#gpu-h200); it needs the
             # frames on the GPU (2M frames, ~14 GiB) and compiles itself, so the networks are not compiled apart
             step_mode="captured",
             compile_mode="off",
