@@ -104,11 +104,11 @@ def gpu_workstation_profile() -> Config:
 def gpu_server_profile() -> Config:
     """16+ cores and an H100-class GPU: every core but two collects; the learner keeps the per-env-step rule.
 
-    Measured (BENCHMARKS.md): 14 collectors make ~1,430 env steps/s on the H100 box, and holding 0.25 updates
+    Measured (docs/experiments/gpu.md): 14 collectors make ~1,430 env steps/s on the H100 box, and holding 0.25 updates
     per env step there takes ~360 updates/s of batch 32. The eager learner is bound by kernel launches on the
     host (~110 updates/s at any batch), so the whole update runs as one CUDA graph (step_mode="captured":
     1,750 updates/s at batch 32 on one H200), which keeps 0.25 updates per env step at the full collection
-    rate. Three runs of 3.7-6 minutes on one H200 trained with these values (BENCHMARKS.md, "Mario 1-1 on one
+    rate. Three runs of 3.7-6 minutes on one H200 trained with these values (docs/experiments/gpu.md, "Mario 1-1 on one
     H200"): 1,485-1,572 env steps/s, 0.28-0.29 updates per env step after the first update, evaluations
     (epsilon 0.05) at mean x_pos 1,239-1,321 by 172k-229k env steps, learning per env step as the CPU
     recipe does; no 20-minute run, so no time to the first greedy flag yet.
