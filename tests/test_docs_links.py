@@ -1,5 +1,5 @@
-"""Every relative link in the Markdown docs resolves, every in-page anchor names a heading, and every repository
-file a doc names in backticks exists.
+"""Every relative link in the Markdown docs resolves, every in-page anchor names a heading, every repository file a
+doc names in backticks exists, and every `python -m` tool of ours a doc runs is there.
 
 A doc that links a moved raw file, a renamed section or a deleted module misleads the reader who follows it;
 this keeps README.md, BENCHMARKS.md and docs/**/*.md pointing at what the checkout holds. Fast: text only."""
@@ -84,3 +84,26 @@ def test_the_checker_sees_a_broken_link(tmp_path: Path) -> None:
     assert _slug("Robust 1-1 with an epsilon-0.05 stage: three seeds") == "robust-1-1-with-an-epsilon-005-stage-three-seeds"
     named = [w for s in CODE_SPAN.findall(doc.read_text()) for w in s.split() if NAMED_PATH.match(w)]
     assert named == ["shared/no_such.py"] and not (ROOT / named[0]).exists()
+
+
+PACKAGES = ("actors", "bench", "evaluate", "ingest", "launcher", "learner", "replay", "shared", "tests")
+_PACKAGES = "|".join(PACKAGES)
+MODULE_RUN = re.compile(rf"python3? -m ((?:{_PACKAGES})(?:\.\w+)*)")
+
+
+def _runnable(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_rel)
+def test_every_module_a_doc_runs_exists(doc: Path) -> None:
+    """`python -m pkg.tool` in a doc names a module of this repository that can run (a moved tool fails here)."""
+    missing = sorted({m for m in MODULE_RUN.findall(doc.read_text()) if not _runnable(m)})
+    assert not missing, f"{_rel(doc)}: runs modules that do not exist {missing}"
+
+
+def test_the_module_check_sees_a_moved_tool() -> None:
+    assert MODULE_RUN.findall("`python -m replay.bench` then `python -m bench.replay_bench`") == ["replay.bench",
+                                                                                                    "bench.replay_bench"]
+    assert not _runnable("replay.bench") and _runnable("bench.replay_bench") and _runnable("launcher")
