@@ -211,6 +211,7 @@ def run_threads_bench(threads: tuple[int, ...] | None = None, precisions: tuple[
     threads = threads or measurable_threads()
     precisions = precisions or (("bf16", "fp32") if cpu_has_native_bf16() else ("fp32",))
     saved = torch.get_num_threads()
+    load_start = list(os.getloadavg())  # other work on the machine: more threads lose most where it is loaded
     replay = RandomReplay("cpu")
     values: dict[str, list[float]] = {}
     cpu_ms: dict[str, list[float]] = {}
@@ -232,7 +233,7 @@ def run_threads_bench(threads: tuple[int, ...] | None = None, precisions: tuple[
             "learner_threads_cpu_ms_per_update": {k: spread(v, 1) for k, v in cpu_ms.items()},
             "threads_settings": {"threads": list(threads), "precisions": list(precisions), "repeats": repeats,
                                  "seconds": seconds, "batch_size": batch, "cores": os.cpu_count(),
-                                 "load_average_start": list(os.getloadavg())}}
+                                 "load_average_start": load_start, "load_average_end": list(os.getloadavg())}}
 
 
 def run_learner_bench(quick: bool = True, device: str | torch.device | None = None) -> dict[str, Any]:
