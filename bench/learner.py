@@ -229,11 +229,30 @@ def run_threads_bench(threads: tuple[int, ...] | None = None, precisions: tuple[
     finally:
         torch.set_num_threads(saved)
     return {"learner_updates_per_s_by_threads": {k: round(median(v), 2) for k, v in values.items()},
+            "split_from_measured": split_from_measured(values, threads, precisions),
             "learner_threads_spread": {k: spread(v) for k, v in values.items()},
             "learner_threads_cpu_ms_per_update": {k: spread(v, 1) for k, v in cpu_ms.items()},
             "threads_settings": {"threads": list(threads), "precisions": list(precisions), "repeats": repeats,
                                  "seconds": seconds, "batch_size": batch, "cores": os.cpu_count(),
                                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())}}
+
+
+def split_from_measured(values: dict[str, list[float]], threads: tuple[int, ...], precisions: tuple[str, ...],
+                        cores: int | None = None) -> dict[str, str]:
+    """What `auto`'s CPU split (shared/cpu_split.py) would choose on this machine from these medians instead of
+    its recorded figures, per precision: the reason line, measured and projected thread counts named."""
+    from config_optimized import RULE_BATCH, RULE_SAMPLES_PER_INSERT
+    from shared.cpu_split import ENV_STEP_CPU_MS, CpuCosts, split_cpu
+
+    out = {}
+    for precision in precisions:
+        table = tuple((t, median(values[f"{precision}_t{t}"])) for t in sorted(threads))
+        if 1 not in dict(table):
+            continue
+        costs = CpuCosts(cores=cores or os.cpu_count() or 1, env_step_cpu_ms=ENV_STEP_CPU_MS, updates_per_s=table,
+                         precision=precision, updates_per_env_step=RULE_SAMPLES_PER_INSERT / RULE_BATCH)
+        out[precision] = split_cpu(costs).reason
+    return out
 
 
 def run_learner_bench(quick: bool = True, device: str | torch.device | None = None) -> dict[str, Any]:

@@ -43,3 +43,11 @@ def test_threads_cli_refuses_bad_counts(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--by-threads", "0,2"])
     assert exc.value.code == 2 and "--by-threads" in capsys.readouterr().err
+
+
+def test_split_from_measured_names_the_measured_threads() -> None:
+    from bench.learner import split_from_measured
+
+    values = {"bf16_t1": [30.0, 31.0], "bf16_t2": [50.0], "bf16_t4": [80.0], "bf16_t8": [90.0]}
+    reason = split_from_measured(values, (1, 2, 4, 8), ("bf16",), cores=16)["bf16"]
+    assert reason.startswith("16 cores, bf16 learner: 8 torch thread(s)") and "projected" not in reason
