@@ -38,6 +38,12 @@ MEASURED_UPDATES_PER_S: dict[str, dict[int, float]] = {"bf16": {1: 33.5}, "fp32"
 # BENCHMARKS.md, "Two learner threads on a CPU without native bf16"), a lower bound on a free core's gain. Every
 # thread count above 1 is a PROJECTION from it (Amdahl's law, p = 0.28: at most 1.38x one thread's rate), for
 # both precisions; `python -m bench.learner --by-threads 1,2,4,8` on a many-core machine measures them.
+# On this 2-core VM beside a training run that kept both cores busy (load average 4.6-5.4), 2026-12-02 at 5b693fb,
+# `OMP_NUM_THREADS=1 nice -n 5 python -m bench.learner --by-threads 1,2 --repeats 5 --seconds 8` (interleaved;
+# docs/bench/learner_threads_cpu_loaded_2026-12-02.json): bf16 7.65 (6.74-10.42) updates/s at 1 thread and 2.47
+# (2.16-3.31) at 2, fp32 8.19 (2.77-10.38) and 10.18 (5.54-12.16): where the cores are taken a second thread waits
+# for one, and bf16's loses 3x. That is a loaded machine's figure, not a free core's, so it is not used here; the
+# split gives the learner only cores the collectors leave free.
 TWO_THREAD_GAIN = 1.16
 MAX_LEARNER_THREADS = 8  # no batch-32 learner has been measured beyond 8 threads: the split takes no more
 MIN_COLLECTORS = 2  # the recipe's epsilon spread (0.4 and ~0.0007) needs two collectors
