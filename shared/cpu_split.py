@@ -35,12 +35,12 @@ ENV_STEP_CPU_MS = 5.68
 MEASURED_UPDATES_PER_S: dict[str, dict[int, float]] = {"bf16": {1: 33.5}, "fp32": {1: 17.8}}
 # More threads: no quiet measurement on any machine. The one recorded is inside a 2-core Mario run, fp32, whose
 # collectors shared the second core: 8.84-8.90 against 7.50-7.74 updates/s at 1 thread, x1.16 (2026-11-27,
-# BENCHMARKS.md, "Two learner threads on a CPU without native bf16"), a lower bound on a free core's gain. Every
+# BENCHMARKS.md, "Design measurements"), a lower bound on a free core's gain. Every
 # thread count above 1 is a PROJECTION from it (Amdahl's law, p = 0.28: at most 1.38x one thread's rate), for
 # both precisions; `python -m bench.learner --by-threads 1,2,4,8` on a many-core machine measures them.
 # On this 2-core VM beside a training run that kept both cores busy (load average 4.6-5.4), 2026-12-02 at 5b693fb,
 # `OMP_NUM_THREADS=1 nice -n 5 python -m bench.learner --by-threads 1,2 --repeats 5 --seconds 8` (interleaved;
-# docs/bench/learner_threads_cpu_loaded_2026-12-02.json): bf16 7.65 (6.74-10.42) updates/s at 1 thread and 2.47
+# results/bench/learner_threads_cpu_loaded_2026-12-02.json): bf16 7.65 (6.74-10.42) updates/s at 1 thread and 2.47
 # (2.16-3.31) at 2, fp32 8.19 (2.77-10.38) and 10.18 (5.54-12.16): where the cores are taken a second thread waits
 # for one, and bf16's loses 3x. That is a loaded machine's figure, not a free core's, so it is not used here; the
 # split gives the learner only cores the collectors leave free.
@@ -113,7 +113,7 @@ def split_cpu(costs: CpuCosts) -> CpuSplit:
     if costs.cores <= 2:
         # no split to make: the measured 2-core recipe runs a collector on every core and the learner beside them
         # (threads by its precision's rule, learner/precision.py), 130-141 env steps/s at 32-35 updates/s
-        # (bf16, BENCHMARKS.md "Mario 1-1"); one core each would hold the same learner-bound rate
+        # (bf16, docs/experiments/seeds_1-1.md); one core each would hold the same learner-bound rate
         ups, _ = projected_updates_per_s(costs, 1)
         rate = min(ups / ratio, costs.cores * per_core)
         return CpuSplit(costs.cores, 0, rate, rate * ratio, False,
