@@ -46,6 +46,8 @@
 #   STEPS=cpu16  bash bench/gpu_proof.sh   # c. the box as a CPU-only machine (CUDA_VISIBLE_DEVICES=): the learner's
 #                #    updates/s at CPU_THREADS="1,2,4,8" (bench.learner --by-threads, with the split those figures
 #                #    give) and a CPU_RUN_SECONDS=120 `make run` with auto's CPU split (cpu16_run.json)
+#   Budget: flag ~8 minutes with its summary and export; in the same window's remaining minutes (the machine's
+#   start-up counts) ratio fits with RATIO_SECONDS=180 (its limit: 90 s more); cpu16 takes ~5 minutes.
 #   DRY_RUN=1 OUT_DIR=/tmp/x STEPS="flag ratio cpu16" bash bench/gpu_proof.sh: the same steps on a CPU with tiny
 #   settings (CartPole, seconds-long runs, collectors in-process), so the script cannot rot (tests/test_gpu_proof.py)
 set -u -o pipefail
