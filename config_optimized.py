@@ -35,6 +35,7 @@ from shared.config import (
     is_mario,
 )
 from shared.config_checks import estimate_replay_bytes
+from shared.cpu_split import CpuSplit, measured_costs, split_cpu
 from shared.sizes import available_memory_bytes
 
 # The per-env-step rule: learning per env step follows gradient updates per env step, not the batch or the
@@ -147,8 +148,10 @@ def auto_profile() -> Config:
     cores = os.cpu_count() or 1
     gpu_bytes = _cuda_memory_bytes()
     if not gpu_bytes:
+        split = cpu_auto_split(cores)  # collectors and learner threads so neither side waits at the rule's ratio
         base = cpu_profile()
-        collectors = max(1, cores if cores <= 2 else cores - 1)  # on >2 cores leave one for the learner
+        base = replace(base, learner=replace(base.learner, torch_threads=split.learner_threads))
+        collectors = split.collectors
     elif cores >= 16 and gpu_bytes >= 40 * 2**30:  # a datacenter GPU (A100/H100 class) with the cores to feed it
         base = gpu_server_profile()
         collectors = base.collectors.count
@@ -162,6 +165,20 @@ def auto_profile() -> Config:
     while capacity > 10_000 and estimate_replay_bytes(replace(cfg, replay=replace(cfg.replay, capacity=capacity))) > budget:
         capacity //= 2
     return replace(cfg, replay=replace(cfg.replay, capacity=capacity))
+
+
+def cpu_auto_split(cores: int | None = None) -> CpuSplit:
+    """`auto`'s split of a CPU-only machine (shared/cpu_split.py) for the cpu profile's learner at the rule's ratio."""
+    try:
+        import torch  # absent where only the config is checked (Python 3.13 CI)
+
+        from learner.precision import resolve_precision
+
+        precision = resolve_precision(cpu_profile().learner.precision, torch.device("cpu")).name
+    except ImportError:
+        precision = "fp32"
+    ratio = RULE_SAMPLES_PER_INSERT / RULE_BATCH
+    return split_cpu(measured_costs(cores or os.cpu_count() or 1, precision, ratio))
 
 
 def _cuda_memory_bytes() -> int:
@@ -246,6 +263,8 @@ CARTPOLE_PRESET: dict[str, str] = {
     # credits: data lag 25 updates median against 100-300 with 4 KB TCP buffers; 16/17 runs solved against 1/3
     # (docs/history.md, 2026-11-21)
     "transport.max_chunks_in_flight": "2",
+    # the learner's own thread rule: `auto`'s CPU split is sized by the Nature CNN's costs, a tiny MLP gains no threads
+    "learner.torch_threads": "0",
 }
 
 # Any other non-Mario id (LunarLander-v3, MountainCar-v0, a registered custom env, ...): CartPole's

@@ -25,7 +25,7 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         (("actors.bench", "run_transport_bench"),),
         ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
     ),
-    "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s",)),
+    "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s", "learner_updates_per_s_by_threads")),
     # its learner_updates_per_s entries (by step mode, precision and batch) join bench.learner's
     "learner_step": ((("bench.learner_step", "run_step_bench"),),
                      ("learner_updates_per_s", "learner_host_cpu_ms_per_update", "learner_host_launch_ms_per_update",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported anywhere in this tree
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the launcher: learner threads must not spin on a loaded box
 
 from bench.components import COMPONENTS, call_component, null_hint  # noqa: E402
 from bench.report import PHYSICAL_LIMIT, assemble_report, format_table, machine_facts, write_report  # noqa: E402

@@ -33,6 +33,23 @@
 #   STEPS=levels LEVELS="1-2 1-3" RUN_SECONDS=420 RUN_SETS="logging.eval_every_s=60" bash bench/gpu_proof.sh
 # Each step has its own time limit (the defaults' sum, 1,340 s, keeps the whole under 25 minutes); a
 # failed or timed-out step is recorded in summary.txt and the next one runs.
+#
+# One lent GPU window (~15 device minutes with the start-up, at most 10 minutes a command): the steps below, most
+# important first, one command each; each writes its raw files and its summary (bench.run_summary) as it ends:
+#   STEPS=flag   bash bench/gpu_proof.sh   # a. Mario 1-1, `make run`'s auto profile as it is, FLAG_SECONDS=450 (the
+#                #    command at most 9 minutes), evaluations every 60 s (10 episodes, epsilon 0.05): env steps/s,
+#                #    updates/s, updates per env step, the first evaluation flag's seconds (from the command's start)
+#                #    and env steps, the curve (flag.json); the best network exported to flag/export/
+#   STEPS=ratio  bash bench/gpu_proof.sh   # b. two heads side by side, half the collectors each, RATIO_SECONDS=360:
+#                #    0.25 and 1.0 updates per env step (learner.samples_per_insert 8 and 32), compared at equal
+#                #    env steps (ratio.json)
+#   STEPS=cpu16  bash bench/gpu_proof.sh   # c. the box as a CPU-only machine (CUDA_VISIBLE_DEVICES=): the learner's
+#                #    updates/s at CPU_THREADS="1,2,4,8" (bench.learner --by-threads, with the split those figures
+#                #    give) and a CPU_RUN_SECONDS=120 `make run` with auto's CPU split (cpu16_run.json)
+#   Budget: flag ~8 minutes with its summary and export; in the same window's remaining minutes (the machine's
+#   start-up counts) ratio fits with RATIO_SECONDS=180 (its limit: 90 s more); cpu16 takes ~5 minutes.
+#   DRY_RUN=1 OUT_DIR=/tmp/x STEPS="flag ratio cpu16" bash bench/gpu_proof.sh: the same steps on a CPU with tiny
+#   settings (CartPole, seconds-long runs, collectors in-process), so the script cannot rot (tests/test_gpu_proof.py)
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,8 +66,26 @@ RUN_KEEP=${RUN_KEEP:-}  # non-empty: runs live under this folder and a later cal
 EXPORT=${EXPORT:-}  # non-empty: keep an evaluation-only copy of each run's best weights in run_<mode>/export/
 LEVELS=${LEVELS:-"1-2 1-3 1-4"}  # the levels step's World-Stage pairs, trained side by side
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
+DRY_RUN=${DRY_RUN:-}  # non-empty: no CUDA needed, tiny settings (the test of this script)
+FLAG_SECONDS=${FLAG_SECONDS:-450}    # step flag: --max-seconds of the 1-1 run (start-up and export: 70 s more)
+RATIO_SECONDS=${RATIO_SECONDS:-360}  # step ratio: --max-seconds of each of the two heads
+RATIO_SPI=${RATIO_SPI:-"8 32"}       # step ratio: learner.samples_per_insert per head (x 1/32: updates per env step)
+CPU_THREADS=${CPU_THREADS:-"1,2,4,8"}  # step cpu16: torch thread counts the CPU learner is measured at
+CPU_BENCH_ARGS=${CPU_BENCH_ARGS:-"--repeats 2 --seconds 6"}
+CPU_RUN_SECONDS=${CPU_RUN_SECONDS:-120}
+EVAL_SETS="logging.eval_every_s=60 logging.eval_episodes=10 logging.eval_epsilon=0.05 logging.interval_s=10"
+RUN_ENV_ARGS=()  # the env of the flag, ratio and cpu16 runs: Mario 1-1 (the profile's) unless DRY_RUN
+INPROCESS=()
+if [ -n "$DRY_RUN" ]; then
+    FLAG_SECONDS=${DRY_SECONDS:-10} RATIO_SECONDS=${DRY_SECONDS:-10} CPU_RUN_SECONDS=${DRY_SECONDS:-10}
+    CPU_THREADS="1,2" CPU_BENCH_ARGS="--repeats 1 --seconds 0.2 --precisions fp32"
+    EVAL_SETS="logging.eval_every_s=2 logging.eval_episodes=2 logging.eval_epsilon=0.05 logging.interval_s=1
+               learner.warmup_transitions=200"
+    RUN_ENV_ARGS=(--env CartPole-v1)
+    INPROCESS=(--inprocess)  # collectors as threads: no process start-up on a small CPU
+fi
 
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+if [ -z "$DRY_RUN" ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "error: $PY sees no CUDA device (torch.cuda.is_available() is False)" >&2
     exit 2
 fi
@@ -63,7 +98,7 @@ BENCH_ARGS=${BENCH_ARGS:-"--repeats 2 --seconds 3 --precisions auto"}  # AMP at 
 BENCH_LIMIT=${BENCH_LIMIT:-360}
 ARCHIVE=${ARCHIVE:-}
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-OUT=results/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}
+OUT=${OUT_DIR:-results/gpu/$(date +%Y-%m-%d)-${COMMIT:0:7}}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary$RUN_TAG.txt
 : > "$SUMMARY"
@@ -72,6 +107,7 @@ SUMMARY=$OUT/summary$RUN_TAG.txt
     echo "commit: $COMMIT"
     echo "dirty: $(git status --porcelain 2>/dev/null | grep -c . || true) changed paths"
     echo "date: $(date -Iseconds)"
+    echo "dry run: ${DRY_RUN:-no}"
     "$PY" - <<'EOF'
 import platform, torch
 print("python:", platform.python_version())
@@ -81,7 +117,7 @@ for i in range(torch.cuda.device_count()):
     print(f"gpu {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, capability {p.major}.{p.minor}")
 EOF
     nproc --all | sed 's/^/cores: /'  # --all: OMP_NUM_THREADS=1 above would make plain nproc say 1
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+    if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1; fi
 } > "$OUT/versions$RUN_TAG.txt" 2>&1
 cat "$OUT/versions$RUN_TAG.txt"
 
@@ -186,10 +222,96 @@ levels() {
     pack
 }
 
+smi_start() {  # smi_start NAME: GPU load sampled every 2 s beside a step (nothing without nvidia-smi)
+    SMI_PID=
+    if command -v nvidia-smi > /dev/null && [ -z "$DRY_RUN" ]; then
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$OUT/$1.smi.csv" 2>&1 &
+        SMI_PID=$!
+    fi
+}
+
+smi_stop() {
+    if [ -n "$SMI_PID" ]; then kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; fi
+}
+
+summarize() {  # summarize NAME STARTED_UNIX RUN...: bench.run_summary of the runs into OUT/NAME.json
+    local name=$1 started=$2
+    shift 2
+    "$PY" -m bench.run_summary "$@" --started-unix "$started" --out "$OUT/$name.json" > /dev/null 2>> "$OUT/$name.log" \
+        || echo "$name: summary failed" >> "$SUMMARY"
+}
+
+eval_sets() {  # the --set pairs of EVAL_SETS and RUN_SETS
+    local kv
+    for kv in $EVAL_SETS $RUN_SETS; do printf -- '--set\n%s\n' "$kv"; done
+}
+
+# a. Mario 1-1 with the profile `make run` takes (auto), evaluations every 60 s; the first flag, the rates, the
+#    curve, and the best network exported (its weights and replay then deleted: large)
+flag() {
+    local started sets
+    started=$(date +%s)
+    mapfile -t sets < <(eval_sets)
+    smi_start flag
+    # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
+    step flag $((FLAG_SECONDS + 60)) "$PY" -m launcher --profile auto --port 0 --max-seconds "$FLAG_SECONDS" \
+        --run-dir "$OUT/flag" "${RUN_ENV_ARGS[@]}" "${INPROCESS[@]}" "${sets[@]}" $RUN_ARGS
+    smi_stop
+    summarize flag "$started" "$OUT/flag"
+    export_best flag
+    rm -rf "$OUT/flag/checkpoint" "$OUT/flag/best" "$OUT/flag/kept" "$OUT/flag/evals"
+    pack
+}
+
+# b. two heads side by side, half the collectors each, at RATIO_SPI samples per insert (batch 32: 0.25 and 1.0
+#    updates per env step), compared at equal env steps
+ratio() {
+    local count share started sets pids=() runs=() labels=()
+    count=$(wc -w <<< "$RATIO_SPI")
+    share=$(( ($(nproc --all) - 2) / count ))  # the gpu-server profile's collectors (cores less 2), split evenly
+    [ "$share" -ge 1 ] || share=1
+    started=$(date +%s)
+    mapfile -t sets < <(eval_sets)
+    smi_start ratio
+    for spi in $RATIO_SPI; do
+        local name=ratio_spi$spi
+        # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
+        ( ARCHIVE=  # packed once, after both: side by side they would write one archive at once
+          step "$name" $((RATIO_SECONDS + 90)) "$PY" -m launcher --profile auto --port 0 --collectors "$share" \
+            --max-seconds "$RATIO_SECONDS" --run-dir "$OUT/$name" --set "learner.samples_per_insert=$spi" \
+            "${RUN_ENV_ARGS[@]}" "${INPROCESS[@]}" "${sets[@]}" $RUN_ARGS ) &
+        pids+=($!)
+        runs+=("$OUT/$name")
+        labels+=("spi$spi")
+    done
+    wait "${pids[@]}"
+    smi_stop
+    summarize ratio "$started" "${runs[@]}" --labels "${labels[@]}"
+    for run in "${runs[@]}"; do rm -rf "$run/checkpoint" "$run/best" "$run/kept" "$run/evals"; done
+    pack
+}
+
+# c. the box as a CPU-only machine: the learner per thread count, then a short run with auto's CPU split
+cpu16() {
+    local started sets
+    # shellcheck disable=SC2086  # CPU_BENCH_ARGS is a list of arguments
+    CUDA_VISIBLE_DEVICES= step cpu16_threads 400 "$PY" -m bench.learner --by-threads "$CPU_THREADS" $CPU_BENCH_ARGS \
+        --out "$OUT/cpu16_threads.json"
+    started=$(date +%s)
+    mapfile -t sets < <(eval_sets)
+    # shellcheck disable=SC2086  # RUN_ARGS is a list of arguments
+    CUDA_VISIBLE_DEVICES= step cpu16_run $((CPU_RUN_SECONDS + 80)) "$PY" -m launcher --profile auto --port 0 \
+        --max-seconds "$CPU_RUN_SECONDS" --run-dir "$OUT/cpu16_run" "${RUN_ENV_ARGS[@]}" "${INPROCESS[@]}" \
+        "${sets[@]}" $RUN_ARGS
+    summarize cpu16_run "$started" "$OUT/cpu16_run"
+    rm -rf "$OUT/cpu16_run/checkpoint" "$OUT/cpu16_run/best" "$OUT/cpu16_run/kept" "$OUT/cpu16_run/evals"
+    pack
+}
+
 for name in $STEPS; do
     case $name in
-        tests|bench|runs|levels) "$name" ;;
-        *) echo "error: STEPS=$STEPS: unknown step $name (allowed: tests bench runs levels)" >&2; exit 2 ;;
+        tests|bench|runs|levels|flag|ratio|cpu16) "$name" ;;
+        *) echo "error: STEPS=$STEPS: unknown step $name (allowed: tests bench runs levels flag ratio cpu16)" >&2; exit 2 ;;
     esac
 done
 

@@ -21,22 +21,28 @@ Also: data_wait_frac per mode, compile_s, forward_ms_b2048 (no-grad forward, 204
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import replace
 from statistics import median
 from typing import Any
 
-import numpy as np
-import torch
+# as the launcher does: with more than one torch thread, spinning OpenMP workers steal the cores a loaded
+# machine's other processes (and the other thread) need (before torch is imported, where this module is first)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.report import print_json
-from learner.precision import cpu_has_native_bf16, resolve_precision
-from learner.trainer import Learner
-from shared.batch import SampleBatch
-from shared.config import Config, LearnerConfig
-from shared.env_spec import EnvSpec
-from shared.network import QNetwork
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
+from bench.report import print_json  # noqa: E402
+from learner.precision import cpu_has_native_bf16, resolve_precision  # noqa: E402
+from learner.trainer import Learner  # noqa: E402
+from shared.batch import SampleBatch  # noqa: E402
+from shared.config import Config, LearnerConfig  # noqa: E402
+from shared.env_spec import EnvSpec  # noqa: E402
+from shared.network import QNetwork  # noqa: E402
+
+THREAD_COUNTS = (1, 2, 4, 8)  # the by-threads table: beyond 8 threads a batch of 32 has little left to split
 BLOCK_S = 0.2  # a timed block of updates lasts at least this long (one device sync per block)
 OBS_SHAPE = (84, 84)
 STACK = 4
@@ -190,6 +196,65 @@ def _forward_ms(device: torch.device, precision: str, batch: int = 2048, reps: i
     return (time.perf_counter() - t0) / reps * 1000.0
 
 
+def measurable_threads(cores: int | None = None) -> tuple[int, ...]:
+    """The torch thread counts the by-threads table measures on this machine: 1, 2, 4, 8 up to the cores."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return tuple(t for t in THREAD_COUNTS if t <= cores)
+
+
+def run_threads_bench(threads: tuple[int, ...] | None = None, precisions: tuple[str, ...] | None = None,
+                      repeats: int = 1, seconds: float = 1.0, batch: int = 32) -> dict[str, Any]:
+    """Updates/s of the eager CPU learner at batch `batch` per torch thread count and precision: the figures the
+    `auto` profile splits a CPU-only machine's cores by (shared/cpu_split.py). Rounds interleave every
+    (precision, threads) pair, so a machine's drift spreads over all of them; medians and min-max per pair.
+    bf16 is measured only where the CPU has native bf16 kernels (elsewhere `precision=auto` runs fp32)."""
+    threads = threads or measurable_threads()
+    precisions = precisions or (("bf16", "fp32") if cpu_has_native_bf16() else ("fp32",))
+    saved = torch.get_num_threads()
+    load_start = list(os.getloadavg())  # other work on the machine: more threads lose most where it is loaded
+    replay = RandomReplay("cpu")
+    values: dict[str, list[float]] = {}
+    cpu_ms: dict[str, list[float]] = {}
+    try:
+        for _ in range(max(1, repeats)):
+            for precision in precisions:
+                for t in threads:
+                    lcfg = LearnerConfig(device="cpu", warmup_transitions=0, samples_per_insert=0.0, prefetch=True,
+                                         weight_broadcast_every=10**9, target_update_every=2000, batch_size=batch,
+                                         precision=precision, torch_threads=t)
+                    res = _measure(Config(learner=lcfg), torch.device("cpu"), replay, seconds, min_updates=3, warmup=1)
+                    key = f"{precision}_t{t}"
+                    values.setdefault(key, []).append(res["updates_per_s"])
+                    cpu_ms.setdefault(key, []).append(res["cpu_ms_per_update"])
+    finally:
+        torch.set_num_threads(saved)
+    return {"learner_updates_per_s_by_threads": {k: round(median(v), 2) for k, v in values.items()},
+            "split_from_measured": split_from_measured(values, threads, precisions),
+            "learner_threads_spread": {k: spread(v) for k, v in values.items()},
+            "learner_threads_cpu_ms_per_update": {k: spread(v, 1) for k, v in cpu_ms.items()},
+            "threads_settings": {"threads": list(threads), "precisions": list(precisions), "repeats": repeats,
+                                 "seconds": seconds, "batch_size": batch, "cores": os.cpu_count(),
+                                 "load_average_start": load_start, "load_average_end": list(os.getloadavg())}}
+
+
+def split_from_measured(values: dict[str, list[float]], threads: tuple[int, ...], precisions: tuple[str, ...],
+                        cores: int | None = None) -> dict[str, str]:
+    """What `auto`'s CPU split (shared/cpu_split.py) would choose on this machine from these medians instead of
+    its recorded figures, per precision: the reason line, measured and projected thread counts named."""
+    from config_optimized import RULE_BATCH, RULE_SAMPLES_PER_INSERT
+    from shared.cpu_split import ENV_STEP_CPU_MS, CpuCosts, split_cpu
+
+    out = {}
+    for precision in precisions:
+        table = tuple((t, median(values[f"{precision}_t{t}"])) for t in sorted(threads))
+        if 1 not in dict(table):
+            continue
+        costs = CpuCosts(cores=cores or os.cpu_count() or 1, env_step_cpu_ms=ENV_STEP_CPU_MS, updates_per_s=table,
+                         precision=precision, updates_per_env_step=RULE_SAMPLES_PER_INSERT / RULE_BATCH)
+        out[precision] = split_cpu(costs).reason
+    return out
+
+
 def run_learner_bench(quick: bool = True, device: str | torch.device | None = None) -> dict[str, Any]:
     """Benchmark the learner per mode on `device` (default: cuda if available); JSON-able dict."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -244,6 +309,8 @@ def run_learner_bench(quick: bool = True, device: str | torch.device | None = No
     if native_bf16:
         forward[amp_name] = _forward_ms(dev, amp_precision)
     compiled = {m: r for m, r in results.items() if m.startswith("compiled")}
+    # the CPU learner per thread count (what `auto` splits a CPU-only machine's cores by), restored after
+    by_threads = run_threads_bench(repeats=1 if quick else 2, seconds=budget) if not cuda else {}
     return {
         "device": str(dev) if not cuda else f"cuda ({torch.cuda.get_device_name(dev)})",
         "torch": torch.__version__,
@@ -259,6 +326,7 @@ def run_learner_bench(quick: bool = True, device: str | torch.device | None = No
         "compiled_ok": {m: r["compiled"] for m, r in compiled.items()},
         "forward_ms_b2048": {k: round(v, 2) for k, v in forward.items()},
         "skipped": skipped,
+        **by_threads,
     }
 
 
@@ -267,8 +335,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short time budget per mode")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    parser.add_argument("--by-threads", default=None, metavar="T,T",
+                        help="only the CPU learner's updates/s per torch thread count (e.g. 1,2,4,8), interleaved rounds")
+    parser.add_argument("--precisions", default=None, help="with --by-threads: e.g. bf16,fp32 (default: those this CPU runs)")
+    parser.add_argument("--repeats", type=int, default=3, help="with --by-threads: interleaved rounds")
+    parser.add_argument("--seconds", type=float, default=8.0, help="with --by-threads: timed seconds per measurement")
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     args = parser.parse_args(argv)
+    if args.by_threads is not None:
+        try:
+            threads = tuple(int(t) for t in args.by_threads.split(","))
+        except ValueError:
+            threads = ()
+        if not threads or min(threads) < 1:
+            parser.error(f"--by-threads {args.by_threads!r}: allowed comma-separated positive integers, e.g. 1,2")
+        if args.repeats < 1 or not args.seconds > 0:
+            parser.error("--repeats must be >= 1 and --seconds > 0")
+        precisions = tuple(args.precisions.split(",")) if args.precisions else None
+        if precisions and not set(precisions) <= {"fp32", "bf16"}:
+            parser.error(f"--precisions {args.precisions!r}: allowed fp32, bf16")
+        print_json(run_threads_bench(threads, precisions, args.repeats, args.seconds), args.out)
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run_learner_bench(quick=args.quick, device=args.device)

@@ -55,6 +55,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "mpqueue_transport_tps",
     "collector_overhead_frac",
     "learner_updates_per_s",
+    "learner_updates_per_s_by_threads",
     "learner_host_cpu_ms_per_update",
     "learner_host_launch_ms_per_update",
     "learner_device_busy_frac",
@@ -97,6 +98,8 @@ DESCRIPTIONS: dict[str, str] = {
     "collector_overhead_frac": "collector time not spent in the emulator (fraction)",
     "learner_updates_per_s": "learner updates/s by mode (bench.learner's; {eager,device,captured}_PRECISION_bBATCH: "
                              "learner.step_mode side by side, bench.learner_step)",
+    "learner_updates_per_s_by_threads": "CPU learner updates/s at batch 32 by PRECISION_tTHREADS (torch threads it can "
+                                         "measure here, interleaved; what `auto` splits a CPU-only machine's cores by)",
     "learner_host_cpu_ms_per_update": "process CPU ms per update by step mode, batch and precision (on a CPU: all of it)",
     "learner_host_launch_ms_per_update": "process CPU ms per update to enqueue updates onto an idle GPU: the host's own "
                                          "work, without spin-waiting on the GPU (CUDA only)",

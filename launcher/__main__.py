@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # checked in parse_args; this is the race or the case os.access cannot see
         print(f"error: --run-dir {opts.run_dir}: cannot write there: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if opts.profile_note:
+        log.info("%s", opts.profile_note)
     from launcher.head import FAILURE_REASONS, Head, StopAt
     from learner.checkpoint import CheckpointError
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from config_optimized import PROFILES, load_config
+from config_optimized import PROFILES, cpu_auto_split, load_config
 from shared.config import Config, ConfigError, TransportConfig
 from shared.config_checks import check_memory
 from shared.env_spec import EnvSpec
@@ -65,6 +65,7 @@ class RunOptions:
     launcher: str = "local"  # who runs the collectors: "local" (child processes) or "ray" (actors on a Ray cluster)
     ray_address: str = ""  # the Ray cluster to join ("" = Ray's rule: RAY_ADDRESS, else a new local Ray)
     env_spec: EnvSpec | None = None  # the env's spec as the checks read it: the head reuses it (no second build)
+    profile_note: str = ""  # what the profile chose and why, for the start-up log ("" when there is nothing to say)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,7 +161,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, RunOptions]:
         launcher=args.launcher,
         ray_address=args.ray_address or "",
         env_spec=spec,
+        profile_note=profile_note(args.profile, cfg),
     )
+
+
+def profile_note(profile: str, cfg: Config) -> str:
+    """The start-up log's line on how `auto` split a CPU-only machine's cores, with what the run really uses
+    (an env preset or `--set` may change either); "" for other profiles and CUDA learners."""
+    if profile != "auto" or cfg.learner.device != "cpu":
+        return ""
+    return (f"profile auto on a CPU-only machine: {cpu_auto_split().reason}; this run: collectors.count="
+            f"{cfg.collectors.count}, learner.torch_threads={cfg.learner.torch_threads} (0: the learner's own rule)")
 
 
 def check_resumed_env(resume: Path, env_id: str) -> None:
