@@ -122,6 +122,15 @@ suite: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo 'usage: make suite CHECKPOINT="runs/<run> ..." ARGS="--levels 1-1,1-2 --out DIR"' >&2; exit 2; }
 	$(VPY) -m evaluate.suite $(CHECKPOINT) $(ARGS)
 
+# A level campaign (evaluate/campaign.py): each level trains until its evaluations clear it or HOURS of training,
+# then ships (docs/checkpoints, docs/suite, the README's Levels table); the same command continues after a stop.
+LEVELS ?=
+HOURS ?= 4
+.PHONY: levels
+levels: $(TRAIN_STAMP)
+	@test -n "$(LEVELS)" || { echo 'usage: make levels LEVELS="2-1 3-1 4-1" HOURS=4 [ARGS="--dir runs/campaign"]' >&2; exit 2; }
+	$(VPY) -m evaluate.campaign --levels "$(LEVELS)" --hours $(HOURS) $(ARGS)
+
 lint: install
 	$(VPY) -m ruff check .
 
