@@ -136,8 +136,6 @@ class Campaign:
                 state = self._ship(level, state)
             else:
                 self.say(self._where(level, state))
-        for level in plan.levels:
-            self.say(self._where(level, state))
 
     def _save(self, state: campaign_state.CampaignState) -> campaign_state.CampaignState:
         campaign_state.save(self.plan.folder, state)

@@ -194,7 +194,9 @@ class ModuleEvaluator:
     def suite(self, checkpoints: Sequence[Path], level: str, seeds: Sequence[int], episodes: int, out: Path,
               baselines: Path) -> str:
         return self.children.check(
-            [self.python, "-m", "evaluate.suite", *map(str, checkpoints), "--levels", level, "--episodes",
+            # absolute: suite.json names a checkpoint relative to the repository only when it lies inside it, and the
+            # Levels table looks for the provenance.json beside it there
+            [self.python, "-m", "evaluate.suite", *(str(Path(c).resolve()) for c in checkpoints), "--levels", level, "--episodes",
              str(episodes), "--epsilon", f"{self.epsilon:g}", "--seeds", ",".join(map(str, seeds)), *self._cap(),
              "--baselines", str(baselines), "--out", str(out)], self.log)
 

@@ -253,19 +253,21 @@ def test_ctrl_c_reaches_the_training_child_once_and_leaves_no_process(tmp_path: 
 
 
 @pytest.mark.slow
-def test_a_shipped_checkpoint_goes_through_the_real_suite_export_gif_and_table(tmp_path: Path) -> None:
-    """Real tools on the shipped 1-1 network as a run's best/, 1 episode of 5 steps per seed: seconds, not figures."""
-    run = tmp_path / "campaign" / "1-1"
+def test_a_shipped_checkpoint_goes_through_the_real_suite_export_gif_and_table(tmp_path: Path, monkeypatch) -> None:
+    """Real tools on the shipped 1-1 network as a run's best/, 1 episode of 5 steps per seed: seconds, not figures.
+    Paths relative to a folder outside the repository, where the repository's own docs/ must not be read."""
+    monkeypatch.chdir(tmp_path)
+    run = Path("campaign") / "1-1"
     shutil.copytree(ROOT / "docs" / "checkpoints" / "mario-1-1-cpu" / "checkpoint", run / "best" / "checkpoint")
     shutil.copyfile(run / "best" / "checkpoint" / "config.json", run / "config.json")
     (run / "metrics.jsonl").write_text(json.dumps({"elapsed_s": 120.0, "env_steps": 10**6}) + "\n")
-    docs, readme = tmp_path / "docs", tmp_path / "README.md"
+    docs, readme = Path("docs"), Path("README.md")
     readme.write_text(README)
     settings = campaign_state.Settings(0, 0.7, 2, (), (100,), (1000,))
     progress = campaign_state.LevelProgress("trained", ("python -m launcher ...",), "flags_cleared", 120.0)
     children = Children(env=head_env())
     evaluator = ModuleEvaluator(children, tmp_path / "evaluate.log", max_steps=5)
-    shipped = ship_level(parse_level("1-1"), run, tmp_path / "work", settings, progress, evaluator,
+    shipped = ship_level(parse_level("1-1"), run, Path("work"), settings, progress, evaluator,
                          ShipTo(docs, "cpu", "a test machine", 1, 1, 1), say=lambda line: None)
     campaign.write_table(docs, readme)
     assert shipped["episodes"] == 1 and shipped["chosen"] == str(run / "best")
