@@ -48,7 +48,7 @@ from evaluate.campaign_parts import (
     python_env,
     shown,
 )
-from evaluate.campaign_ship import ROOT, ShipTo, ship_level
+from evaluate.campaign_ship import ROOT, ShipTo, foreign_ship, ship_level
 from evaluate.levels import Level, LevelError, parse_levels
 from evaluate.run_time import training_seconds
 from shared.config import ConfigError
@@ -128,6 +128,12 @@ class Campaign:
         plan = self.plan
         plan.folder.mkdir(parents=True, exist_ok=True)
         state = campaign_state.load(plan.folder, plan.settings)
+        for level in plan.levels:  # before any training: a level whose shipping would fail fails now
+            if state.level(level.name).stage != "shipped" and \
+                    (taken := foreign_ship(level, plan.run_dir(level), plan.ship)) is not None:
+                raise CampaignError(f"{taken}: a shipped checkpoint this campaign's run {plan.run_dir(level)} did not "
+                                    "make (its provenance.json names no such campaign_run): the campaign does not "
+                                    "replace it; move it away, or ship under another --tag")
         for level in plan.levels:
             stage = state.level(level.name).stage
             if stage in ("pending", "training"):

@@ -79,6 +79,19 @@ def preset_of(env_id: str) -> str:
     return f"{env_id} (config_optimized.ENV_PRESETS)" if env_id in ENV_PRESETS else "none"
 
 
+def foreign_ship(level: Level, run_dir: Path, to: ShipTo) -> Path | None:
+    """The shipped checkpoint folder for `level` when one exists that this run did not make (hand-made, or another
+    campaign's): its provenance.json's campaign_run is not `run_dir`. None when the name is free or this run's."""
+    ship = to.docs / "checkpoints" / to.name(level)
+    if not ship.exists():
+        return None
+    try:
+        made_by = json.loads((ship / "provenance.json").read_text()).get("campaign_run")
+    except (OSError, ValueError, AttributeError):
+        return ship
+    return None if made_by == str(run_dir.resolve()) else ship
+
+
 def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, progress: LevelProgress,
                evaluator: Evaluator, to: ShipTo, say: Callable[[str], None]) -> dict[str, Any]:
     """Steps 1-6 above; the `shipped` record of the campaign's state (what was chosen and measured)."""
@@ -124,6 +137,7 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
         "selection": {"seeds": list(settings.selection_seeds), "episodes_per_seed": to.episodes,
                       "epsilon": 0.05, "snapshots": selection, "chosen": str(chosen)},
         "held_out_seeds": list(settings.held_out_seeds),
+        "campaign_run": str(run_dir.resolve()),  # which run this copy ships (a campaign replaces only its own)
         "gif": str(gif) if gif.is_file() else None,
         "details": (f"trained by the level campaign (python -m evaluate.campaign) in {run_dir}; the snapshot is the "
                     f"best of {len(cands)} by the suite on seeds {_seeds(settings.selection_seeds)}; the Levels table's "

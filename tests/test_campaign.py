@@ -192,6 +192,26 @@ def test_an_unknown_flag_is_a_one_line_error_of_the_command(tmp_path: Path) -> N
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "runs").exists()
 
 
+def test_a_shipped_checkpoint_the_campaign_did_not_make_is_not_replaced(tmp_path: Path, capsys) -> None:
+    hand_made = tmp_path / "docs" / "checkpoints" / "mario-2-1-cpu"
+    hand_made.mkdir(parents=True)
+    (hand_made / "provenance.json").write_text('{"training_minutes": 1}')
+    trainer = FakeTrainer()
+    assert campaign.main(_args(tmp_path, "2-1", "1"), parts=lambda c, p: (trainer, FakeEvaluator())) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {hand_made}: a shipped checkpoint") and err.count("\n") == 1
+    assert trainer.jobs == [] and (hand_made / "provenance.json").read_text() == '{"training_minutes": 1}'
+    # under another tag it ships beside it; and a campaign's own earlier copy is replaced
+    assert campaign.main(_args(tmp_path, "2-1", "1", "--tag", "t"), parts=lambda c, p: (
+        FakeTrainer(reasons=["flags_cleared"]), FakeEvaluator())) == 0
+    assert (tmp_path / "docs" / "checkpoints" / "mario-2-1-t" / "provenance.json").is_file()
+    state = _state(tmp_path)
+    state["levels"]["2-1"]["stage"] = "trained"  # as if stopped while shipping: it ships again over its own copy
+    (tmp_path / "campaign" / "campaign.json").write_text(json.dumps(state))
+    assert campaign.main(_args(tmp_path, "2-1", "1", "--tag", "t"), parts=lambda c, p: (FakeTrainer(),
+                                                                                       FakeEvaluator())) == 0
+
+
 def test_another_campaign_on_the_folder_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
     import fcntl
 
