@@ -201,16 +201,16 @@ class Campaign:
         work = plan.folder / "ship" / plan.run_dir(level).name
         shipped = ship_level(level, plan.run_dir(level), work, plan.settings, state.level(level.name),
                              self.evaluator, plan.ship, self.say)
-        write_table(plan.ship.docs, plan.readme)
+        write_table(plan.ship.results, plan.readme)
         self.say(f"level {level.name}: Levels table written into {plan.readme}")
         state = self._save(state.with_level(level.name, stage="shipped", shipped=shipped))
         self.say(self._where(level, state))
         return state
 
 
-def write_table(docs: Path, readme: Path) -> None:
-    """The README's Levels table from every suite under docs/suite/ (evaluate/levels_table.py)."""
-    table = levels_table.render(sorted((docs / "suite").glob("*/suite.json")), root=ROOT)
+def write_table(results: Path, readme: Path) -> None:
+    """The README's Levels table from every suite under results/suite/ (evaluate/levels_table.py)."""
+    table = levels_table.render(sorted((results / "suite").glob("*/suite.json")), root=ROOT)
     readme.write_text(levels_table.splice(readme.read_text(), table, str(readme)))
 
 
@@ -261,7 +261,10 @@ def parse(argv: Sequence[str] | None) -> Plan:
     p.add_argument("--held-out-seeds", default=",".join(map(str, opt.CAMPAIGN_HELD_OUT_SEEDS)),
                    help="suite seeds of the Levels table's figures (they choose nothing)")
     p.add_argument("--episodes", type=int, default=opt.CAMPAIGN_EPISODES_PER_SEED, help="suite episodes per seed")
-    p.add_argument("--docs", type=Path, default=ROOT / "docs", help="where shipped levels go (default docs/)")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs",
+                   help="where shipped checkpoints, random-policy rows and GIFs go (default docs/)")
+    p.add_argument("--results", type=Path, default=ROOT / "results",
+                   help="where the suites' raw files go, the Levels table's source (default results/)")
     p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="whose Levels table is rewritten")
     p.add_argument("--tag", default="cpu", help="shipped names: mario-<level>-<tag> (default cpu)")
     p.add_argument("--machine", default=None, help="what trained, for the provenance (default: detected)")
@@ -299,8 +302,8 @@ def parse(argv: Sequence[str] | None) -> Plan:
                                                cfg.logging.eval_episodes))
     if not args.readme.is_file():
         raise CampaignError(f"--readme {args.readme}: no such file")
-    ship = ShipTo(args.docs, args.tag, args.machine or default_machine(), args.episodes, opt.CAMPAIGN_GIF_EPISODES,
-                  opt.CAMPAIGN_RANDOM_EPISODES)
+    ship = ShipTo(args.docs, args.results, args.tag, args.machine or default_machine(), args.episodes,
+                  opt.CAMPAIGN_GIF_EPISODES, opt.CAMPAIGN_RANDOM_EPISODES)
     return Plan(args.dir, levels, budget_s, settings, ship, args.readme, args.max_steps)
 
 

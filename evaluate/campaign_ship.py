@@ -6,10 +6,10 @@ For a run in <campaign>/<level>/:
 2. export: its evaluation-only copy into <docs>/checkpoints/mario-<level>-<tag>/ with the run's metrics.jsonl
    and evals.jsonl;
 3. the random policy's row for the level, once (<docs>/random_policy_<level>_<action set>.json);
-4. a GIF of the best of a few episodes at epsilon 0.05: <docs>/mario_<level>_best_episode_<tag>.gif;
+4. a GIF of the best of a few episodes at epsilon 0.05: <docs>/images/mario_<level>_best_episode_<tag>.gif;
 5. provenance.json beside the checkpoint: training minutes up to the snapshot, machine, date, commit, every
    training command, the export command, the preset, the selection and its seeds;
-6. the suite on the held-out seeds into <docs>/suite/mario-<level>-<tag>/suite.json: the Levels table's row.
+6. the suite on the held-out seeds into <results>/suite/mario-<level>-<tag>/suite.json: the Levels table's row.
 The selection's and the held-out seeds are disjoint from each other and from the head's (checked by the caller).
 """
 
@@ -40,7 +40,8 @@ BEST_DIR, KEPT_DIR = "best", "kept"  # the head's periodic evaluator's folders i
 class ShipTo:
     """Where a shipped level goes and how it is described."""
 
-    docs: Path  # checkpoints/, suite/, random_policy_*.json and the GIFs
+    docs: Path  # checkpoints/, random_policy_*.json and images/ (the GIFs)
+    results: Path  # suite/: the suites' raw files, which the Levels table is built from
     tag: str  # mario-<level>-<tag>: the machine class (cpu, h100, ...)
     machine: str  # the provenance's machine: what the training ran on
     episodes: int  # per evaluation seed, in the selection and in the held-out suite
@@ -96,7 +97,7 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
                evaluator: Evaluator, to: ShipTo, say: Callable[[str], None]) -> dict[str, Any]:
     """Steps 1-6 above; the `shipped` record of the campaign's state (what was chosen and measured)."""
     name = to.name(level)
-    ship, suite_dir = to.docs / "checkpoints" / name, to.docs / "suite" / name
+    ship, suite_dir = to.docs / "checkpoints" / name, to.results / "suite" / name
     cands = candidates(run_dir)
     say(f"level {level.name}: choosing among {len(cands)} snapshot(s) by {to.episodes * len(settings.selection_seeds)} "
         f"episodes (seeds {_seeds(settings.selection_seeds)})")
@@ -120,8 +121,9 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
         evaluator.random_policy(run_dir / "config.json", level.name, to.docs, to.random_episodes)
     gif_out = work / "gif"
     evaluator.gif(ship, gif_out, settings.held_out_seeds[0], to.gif_episodes)
-    gif = to.docs / f"mario_{level.name.replace(' ', '-')}_best_episode_{to.tag}.gif"
+    gif = to.docs / "images" / f"mario_{level.name.replace(' ', '-')}_best_episode_{to.tag}.gif"
     if (gif_out / "best_episode.gif").is_file():
+        gif.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(gif_out / "best_episode.gif", gif)
     steps = int(_counters(chosen).get("env_steps", 0))
     provenance = {

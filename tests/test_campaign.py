@@ -32,7 +32,7 @@ def _args(tmp_path: Path, levels: str = "2-1 3-1", hours: str = "1", *extra: str
     if not readme.exists():
         readme.write_text(README)
     return ["--levels", levels, "--hours", hours, "--dir", str(tmp_path / "campaign"), "--docs", str(tmp_path / "docs"),
-            "--readme", str(readme), "--machine", "a test machine", *extra]
+            "--results", str(tmp_path / "results"), "--readme", str(readme), "--machine", "a test machine", *extra]
 
 
 def _campaign(tmp_path: Path, trainer: FakeTrainer, evaluator: FakeEvaluator, *args: str) -> campaign.Campaign:
@@ -63,7 +63,7 @@ def test_each_level_trains_until_cleared_ships_and_regenerates_the_table(tmp_pat
     assert prov["preset"] == "none" and prov["machine"] == "a test machine"
     assert prov["held_out_seeds"] == list(opt.CAMPAIGN_HELD_OUT_SEEDS)
     assert prov["training_minutes"] == 20 and prov["run_training_minutes"] == 20
-    assert (ship / "metrics.jsonl").is_file() and (tmp_path / "docs" / "mario_2-1_best_episode_cpu.gif").is_file()
+    assert (ship / "metrics.jsonl").is_file() and (tmp_path / "docs" / "images" / "mario_2-1_best_episode_cpu.gif").is_file()
     assert [c[1] for c in evaluator.calls if c[0] == "random"] == ["2-1", "3-1"]  # once per new level
     text = (tmp_path / "README.md").read_text()
     assert text.startswith("# readme\n\nprose\n") and text.endswith("\nmore prose\n")
@@ -284,11 +284,11 @@ def test_a_shipped_checkpoint_goes_through_the_real_suite_export_gif_and_table(t
     children = Children(env=head_env())
     evaluator = ModuleEvaluator(children, tmp_path / "evaluate.log", max_steps=5)
     shipped = ship_level(parse_level("1-1"), run, Path("work"), settings, progress, evaluator,
-                         ShipTo(docs, "cpu", "a test machine", 1, 1, 1), say=lambda line: None)
-    campaign.write_table(docs, readme)
+                         ShipTo(docs, Path("results"), "cpu", "a test machine", 1, 1, 1), say=lambda line: None)
+    campaign.write_table(Path("results"), readme)
     assert shipped["episodes"] == 1 and shipped["chosen"] == str(run / "best")
     ship = docs / "checkpoints" / "mario-1-1-cpu"
-    assert (ship / "checkpoint" / "meta.json").is_file() and (docs / "mario_1-1_best_episode_cpu.gif").is_file()
+    assert (ship / "checkpoint" / "meta.json").is_file() and (docs / "images" / "mario_1-1_best_episode_cpu.gif").is_file()
     prov = json.loads((ship / "provenance.json").read_text())
     assert prov["exported_by"] == f"python -m evaluate.export {run / 'best'} {ship}"
     assert prov["training_minutes"] == 2 and prov["selection"]["seeds"] == [100]
