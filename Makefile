@@ -37,6 +37,7 @@ help:
 	@echo "make lint         ruff over the repository"
 	@echo "make eval         play a checkpoint: CHECKPOINT=runs/<run> ARGS=\"--epsilon 0.05\" (docs/evaluation.md)"
 	@echo "make suite        checkpoints x levels x evaluation seeds: CHECKPOINT=\"runs/a runs/b\" ARGS=\"--levels 1-1 --out DIR\""
+	@echo "make levels       train and ship levels until cleared: LEVELS=\"2-1 3-1\" HOURS=4 per level (docs/CHECKPOINTS.md)"
 	@echo "make bench        throughput against the emulator ceiling and the naive design (BENCHMARKS.md)"
 	@echo "make soak         the fault soak, SOAK_MINUTES (60) of injected failures"
 	@echo "make keys         CURVE keys for collectors on other machines: KEYS_DIR=keys [CLIENTS=\"m1 m2\"] (docs/clusters.md)"
@@ -121,6 +122,15 @@ eval: $(TRAIN_STAMP)
 suite: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo 'usage: make suite CHECKPOINT="runs/<run> ..." ARGS="--levels 1-1,1-2 --out DIR"' >&2; exit 2; }
 	$(VPY) -m evaluate.suite $(CHECKPOINT) $(ARGS)
+
+# A level campaign (evaluate/campaign.py): each level trains until its evaluations clear it or HOURS of training,
+# then ships (docs/checkpoints, results/suite, the README's Levels table); the same command continues after a stop.
+LEVELS ?=
+HOURS ?= 4
+.PHONY: levels
+levels: $(TRAIN_STAMP)
+	@test -n "$(LEVELS)" || { echo 'usage: make levels LEVELS="2-1 3-1 4-1" HOURS=4 [ARGS="--dir runs/campaign"]' >&2; exit 2; }
+	$(VPY) -m evaluate.campaign --levels "$(LEVELS)" --hours $(HOURS) $(ARGS)
 
 lint: install
 	$(VPY) -m ruff check .

@@ -6,7 +6,10 @@ that level first, then any other checkpoint evaluated there (what a policy train
 does on it). Columns: the flag rate and mean x_pos over the suite's episodes, the training behind the
 checkpoint (env steps from its counters, or the `env_steps` of the `provenance.json` beside it where a run
 started from another's network; minutes, machine and date from that file, "not recorded" where there is
-none) and the random policy's row for the level.
+none), the preset it was trained with (that file's `preset`: a level's own entry in config_optimized.ENV_PRESETS,
+or none) and the random policy's row for the level. Under the table: the evaluation seeds behind the rows, and
+whether they were held out (every checkpoint's provenance names them as its `held_out_seeds`, which the level
+campaign, evaluate/campaign.py, writes: its snapshot was chosen on other seeds).
 
 `--write` replaces the block between the README's `<!-- levels-table:start -->` and
 `<!-- levels-table:end -->` markers; `--check` exits 1 when that block differs from what the suites
@@ -27,8 +30,8 @@ from evaluate.levels import LevelError, parse_level
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- levels-table:start -->", "<!-- levels-table:end -->"
-HEADER = ("| level | checkpoint (trained on) | flags at epsilon 0.05 | mean x_pos | training | random policy: "
-          "flags, mean x_pos |\n|---|---|---:|---:|---|---:|")
+HEADER = ("| level | checkpoint (trained on) | flags at epsilon 0.05 | mean x_pos | training | preset | random policy: "
+          "flags, mean x_pos |\n|---|---|---:|---:|---|---|---:|")
 
 
 class TableError(Exception):
@@ -47,13 +50,30 @@ def _level_of(env_id: str) -> str:
         return env_id
 
 
+def _provenance_path(checkpoint: dict[str, Any], root: Path) -> Path:
+    return root / Path(checkpoint["path"]).parent / "provenance.json"
+
+
+def _provenance(checkpoint: dict[str, Any], root: Path) -> dict[str, Any] | None:
+    path = _provenance_path(checkpoint, root)
+    if not path.is_file():
+        return None
+    try:
+        prov = json.loads(path.read_text())
+    except ValueError as exc:
+        raise TableError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(prov, dict):
+        raise TableError(f"{path}: not a JSON object")
+    return prov
+
+
 def _training(checkpoint: dict[str, Any], root: Path) -> str:
     steps = int(checkpoint.get("counters", {}).get("env_steps", 0))
-    prov_path = root / Path(checkpoint["path"]).parent / "provenance.json"
-    if not prov_path.is_file():
+    prov_path = _provenance_path(checkpoint, root)
+    prov = _provenance(checkpoint, root)
+    if prov is None:
         return f"{steps / 1000:,.0f}k env steps; time and machine not recorded"
     try:
-        prov = json.loads(prov_path.read_text())
         # a network started with --init-from has fresh counters: its provenance gives the whole lineage's total
         steps = int(prov.get("env_steps", steps))
         return (f"{steps / 1000:,.0f}k env steps, {prov['training_minutes']:.0f} min on {prov['machine']} "
@@ -75,20 +95,34 @@ def rows(suite: dict[str, Any], root: Path = ROOT) -> list[tuple[str, bool, str]
             trained_on = _level_of(ckpt["env"]["env_id"])
             name = Path(ckpt["path"]).parent.name
             flags = round(result["flag_rate"] * result["episodes"])
+            prov = _provenance(ckpt, root)
+            preset = str(prov.get("preset", "not recorded")) if prov is not None else "not recorded"
             out.append((level["name"], trained_on == level["name"],
                         f"| {level['name']} | `{name}` ({trained_on}) | {flags}/{result['episodes']} "
                         f"({result['flag_rate']:.0%}) | {result['mean_x_pos']:,.0f} | {_training(ckpt, root)} | "
-                        f"{random_cell} |"))
+                        f"{preset} | {random_cell} |"))
     return out
+
+
+def seeds_note(suite: dict[str, Any], root: Path = ROOT) -> tuple[str, bool]:
+    """(the suite's episodes and evaluation seeds, e.g. "10 episodes under each of the seeds 0,1,2"; whether every
+    checkpoint in it was chosen on other seeds: its provenance's held_out_seeds are these)."""
+    settings = suite["settings"]
+    seeds = [int(s) for s in settings["eval_seeds"]]
+    held_out = all((prov := _provenance(c, root)) is not None and prov.get("held_out_seeds") == seeds
+                   for c in suite["checkpoints"])
+    return f"{int(settings['episodes_per_seed'])} episodes under each of the seeds {','.join(map(str, seeds))}", held_out
 
 
 def render(paths: Sequence[Path], root: Path = ROOT) -> str:
     """The table for `paths`: levels in order, each level's own checkpoints first."""
     collected = []
+    notes: dict[tuple[str, bool], set[str]] = {}  # (seeds, held out) -> the levels measured so
     for path in paths:
         try:
             suite = json.loads(Path(path).read_text())
             collected += rows(suite, root)
+            notes.setdefault(seeds_note(suite, root), set()).update(lv["name"] for lv in suite["levels"])
         except OSError as exc:
             raise TableError(f"{path}: cannot read ({exc.strerror})") from exc
         except (ValueError, KeyError, TypeError) as exc:
@@ -96,7 +130,10 @@ def render(paths: Sequence[Path], root: Path = ROOT) -> str:
     if not collected:
         raise TableError("no suite results: pass suite.json files (python -m evaluate.suite writes them)")
     collected.sort(key=lambda r: (r[0], not r[1]))
-    return "\n".join([HEADER, *(r[2] for r in collected)])
+    lines = [f"- {', '.join(sorted(names))}: {seeds} ("
+             + ("held out: the snapshots were chosen on other seeds)" if held_out else "not held out)")
+             for (seeds, held_out), names in sorted(notes.items())]
+    return "\n".join([HEADER, *(r[2] for r in collected), "", "Evaluation seeds (epsilon 0.05):", *lines])
 
 
 def splice(readme: str, table: str, where: str = "README.md") -> str:

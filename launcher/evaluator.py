@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shared.ranking import score
+
 log = logging.getLogger("mario_apex.eval")
 
 EVALS_DIR = "evals"  # snapshots being evaluated live in <run>/evals/<updates>/
@@ -41,12 +43,6 @@ KEPT_DIR = "kept"  # runners-up to best/ (keep > 1): <run>/kept/<updates>/
 ROWS_FILE = "evals.jsonl"
 FLAG_HISTORY = 1_000  # finished evaluations' flag rates kept for the stop rule (its evals is at most this)
 NICE = 10  # below the collectors and the learner: an evaluation only takes idle CPU when cores are short
-
-
-def score(summary: dict[str, Any]) -> tuple[float, float, float]:
-    """The order in which evaluations are better: flags first, then distance, then return."""
-    return (float(summary.get("flag_rate") or 0.0), float(summary.get("mean_x_pos") or 0.0),
-            float(summary.get("mean_return") or 0.0))
 
 
 class PeriodicEvaluator:

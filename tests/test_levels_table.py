@@ -45,11 +45,12 @@ def test_each_level_lists_its_own_checkpoint_first_and_says_what_is_not_recorded
     other = tmp_path / "other.json"
     other.write_text(json.dumps(_suite_trained_on("1-2", base)))
     table = levels_table.render([SHIPPED, other], root=ROOT).splitlines()
-    body = table[2:]
+    body = [line for line in table[2:] if line.startswith("| ")]
     assert [r.split("|")[1].strip() for r in body] == ["1-1", "1-1", "1-2", "1-2", "1-3", "1-3", "1-4", "1-4"]
     assert "`1-2` (1-2)" in body[2] and "`mario-1-1-cpu` (1-1)" in body[3]  # 1-2's own first
     assert "time and machine not recorded" in body[2]  # no provenance.json beside runs/1-2
     assert "120 min on the 2-core VM" in body[3]
+    assert "| not recorded | 0%, 490 |" in body[2] and "| none | 0%, 490 |" in body[3]  # the preset column
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
@@ -106,3 +107,22 @@ def test_a_provenance_env_steps_that_is_not_a_number_is_named(tmp_path: Path) ->
     (tmp_path / "runs" / "1-3" / "provenance.json").write_text(json.dumps(prov))
     with pytest.raises(levels_table.TableError, match="a whole number as env_steps where it has one"):
         levels_table.rows(suite, root=tmp_path)
+
+
+def test_under_the_table_the_seeds_and_whether_they_chose_the_snapshot(tmp_path: Path) -> None:
+    base = json.loads(SHIPPED.read_text())
+    suite = _suite_trained_on("2-1", base)
+    suite["settings"]["eval_seeds"] = [1000, 1001, 1002]
+    (tmp_path / "runs" / "2-1").mkdir(parents=True)
+    prov = {"training_minutes": 60, "machine": "m", "date": "d", "preset": "none"}
+    (tmp_path / "runs" / "2-1" / "provenance.json").write_text(json.dumps(prov))
+    (tmp_path / "s.json").write_text(json.dumps(suite))
+    lines = levels_table.render([tmp_path / "s.json"], root=tmp_path).splitlines()
+    assert lines[-1].endswith("10 episodes under each of the seeds 1000,1001,1002 (not held out)")
+    (tmp_path / "runs" / "2-1" / "provenance.json").write_text(json.dumps({**prov, "held_out_seeds": [1000, 1001,
+                                                                                                       1002]}))
+    lines = levels_table.render([tmp_path / "s.json", SHIPPED], root=tmp_path).splitlines()
+    assert lines[-3:] == ["Evaluation seeds (epsilon 0.05):",
+                          "- 1-1, 1-2, 1-3, 1-4: 10 episodes under each of the seeds 0,1,2 (not held out)",
+                          "- 1-1, 1-2, 1-3, 1-4: 10 episodes under each of the seeds 1000,1001,1002 (held out: the "
+                          "snapshots were chosen on other seeds)"]

@@ -16,7 +16,7 @@ from tests.cluster_helpers import ROOT
 
 TOOLS = ["bench.attack", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
          "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.average", "evaluate.export",
-         "evaluate.levels_table",
+         "evaluate.campaign", "evaluate.levels_table",
          "evaluate.random_policy",
          "tests.record_mario_golden"]
 
