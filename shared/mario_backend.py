@@ -50,6 +50,14 @@ def resolve_backend(backend: str) -> str:
     return _auto() if backend == "auto" else backend
 
 
+def backend_label(backend: str) -> str:
+    """The backend that runs, for logs ("retro", "nes-py"); the configured value itself when it cannot run."""
+    try:
+        return resolve_backend(backend)
+    except ConfigError:
+        return str(backend)
+
+
 def open_emulator(backend: str, target: tuple[int, int] | None, rom_mode: str):  # noqa: ANN201 - either emulator
     """A bare SMB1 emulator (MarioEmulator or RetroMarioEmulator) on the backend `backend` resolves to."""
     if resolve_backend(backend) == "retro":

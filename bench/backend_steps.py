@@ -1,0 +1,83 @@
+"""Per env step CPU cost of the Mario env on each emulator backend (env.backend nes-py / retro), side by side.
+
+Interleaved blocks in one process (nes-py, retro, retro with K envs time-sharing the one core, ...), so load
+drift on a shared machine hits every side alike; reports min / median / max of the per-block cost per env
+step (process CPU time, so the figures hold on a loaded box as long as this process gets a core).
+
+    .venv/bin/python -m bench.backend_steps --blocks 9 --steps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from shared.config import EnvConfig
+from shared.env_factory import make_env
+from shared.mario_backend import retro_installed
+
+
+def _block(envs: list, rng: np.random.Generator, steps: int) -> float:
+    """CPU seconds per env step over `steps` steps of each env in turn (biased-right random actions)."""
+    n = envs[0].action_space.n
+    actions = rng.choice(n, size=(steps, len(envs)))
+    t0 = time.process_time()
+    for row in actions:
+        for env, action in zip(envs, row, strict=True):
+            _, _, terminated, truncated, _ = env.step(int(action))
+            if terminated or truncated:
+                env.reset()
+    return (time.process_time() - t0) / (steps * len(envs))
+
+
+def measure(env_config: EnvConfig, blocks: int, steps: int, shared_k: int) -> dict[str, dict[str, float]]:
+    sides: dict[str, list] = {"nes-py": [make_env(replace(env_config, backend="nes-py"))]}
+    if retro_installed():
+        sides["retro"] = [make_env(replace(env_config, backend="retro"))]
+        if shared_k > 1:
+            sides[f"retro x{shared_k} sharing the core"] = [make_env(replace(env_config, backend="retro"))
+                                                            for _ in range(shared_k)]
+    for envs in sides.values():
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+    rng = np.random.default_rng(0)
+    costs: dict[str, list[float]] = {name: [] for name in sides}
+    try:
+        for _ in range(blocks):
+            for name, envs in sides.items():
+                costs[name].append(_block(envs, rng, steps))
+    finally:
+        for envs in sides.values():
+            for env in envs:
+                env.close()
+    out = {name: {"min_ms": 1e3 * min(c), "median_ms": 1e3 * statistics.median(c), "max_ms": 1e3 * max(c)}
+           for name, c in costs.items()}
+    if "retro" in costs:
+        ratios = [r / n for r, n in zip(costs["retro"], costs["nes-py"], strict=True)]
+        out["retro / nes-py"] = {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.backend_steps", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="SuperMarioBros-1-1-v0")
+    parser.add_argument("--blocks", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=200, help="env steps per env per block")
+    parser.add_argument("--shared-k", type=int, default=4, help="retro envs time-sharing the core in one more side")
+    args = parser.parse_args()
+    result = measure(EnvConfig(env_id=args.env), args.blocks, args.steps, args.shared_k)
+    rounded = {k: {m: round(v, 3) for m, v in r.items()} for k, r in result.items()}
+    print(json.dumps({"python": platform.python_version(), "env": args.env, "blocks": args.blocks,
+                      "steps_per_block": args.steps, "cpu_per_env_step": rounded}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
