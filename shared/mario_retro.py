@@ -287,3 +287,22 @@ class RetroMarioEmulator(MarioFrames):
 
 
 assert (RETRO_HEIGHT + 2 * OVERSCAN, RETRO_WIDTH + 2 * OVERSCAN) == (SCREEN_HEIGHT, SCREEN_WIDTH)
+
+
+class RawRetroMario:
+    """The core with none of the project's logic, for the bench's emulator ceiling: `step(joypad byte)` runs one
+    frame and fetches the screen, as nes-py's package env does per step; `reset()` restores the stage's start."""
+
+    def __init__(self, target: tuple[int, int] | None, rom_mode: str = "vanilla") -> None:
+        self._emu = RetroMarioEmulator(target, rom_mode)
+
+    def reset(self) -> None:
+        self._emu.reset()
+
+    def step(self, buttons: int) -> tuple[np.ndarray, float, bool, dict]:
+        emu = self._emu
+        emu._advance(buttons)
+        return emu._current(), 0.0, False, {}
+
+    def close(self) -> None:
+        self._emu.close()
