@@ -10,6 +10,7 @@ is not installed (`make install EXTRAS=retro`).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,38 @@ def test_envs_time_sharing_the_core_play_as_if_alone() -> None:
     a.close()
     b.close()
     assert together == alone
+
+
+_ROM_MODE_CHECK = """
+import json, sys
+from dataclasses import replace
+from shared.config import EnvConfig
+from tests.record_mario_golden import rollout
+from tests.test_mario_retro import frame_agreement
+cfg = EnvConfig(env_id=sys.argv[1])
+actions = [1] * 60 + [4, 1, 5] * 20
+retro, nes = rollout(replace(cfg, backend="retro"), actions), rollout(cfg, actions)
+print(json.dumps({"same": all(retro[k] == nes[k] for k in ("reward", "info", "terminated", "reset_at")),
+                  "agreement": frame_agreement(cfg, actions)}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_other_rom_modes_replay_alike(version: int) -> None:
+    """The -v1/-v2/-v3 ROMs (gym-super-mario-bros 7.4 only) on retro: one ROM per process, so each in its own."""
+    import subprocess
+    import sys
+
+    from shared.mario_emulator import package_generation
+
+    if package_generation() == "gymnasium":
+        pytest.skip("gym-super-mario-bros 9.x ships only the vanilla ROM")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", _ROM_MODE_CHECK, f"SuperMarioBros-1-1-v{version}"], cwd=root,
+                          capture_output=True, text=True, timeout=300, env={**os.environ,
+                                                                             "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    share, mean_abs, _ = result["agreement"]
+    assert result["same"] and share <= FRAME_DIFFERING_SHARE and mean_abs <= FRAME_MEAN_ABS, result
