@@ -186,8 +186,7 @@ def test_other_rom_modes_replay_alike(version: int) -> None:
         pytest.skip("gym-super-mario-bros 9.x ships only the vanilla ROM")
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", _ROM_MODE_CHECK, f"SuperMarioBros-1-1-v{version}"], cwd=root,
-                          capture_output=True, text=True, timeout=300, env={**os.environ,
-                                                                             "PYTHONPATH": str(root)})
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     share, mean_abs, _ = result["agreement"]
