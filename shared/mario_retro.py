@@ -85,19 +85,21 @@ def retro_available() -> bool:
 
 
 def rom_file(rom_mode: str) -> str:
-    """The ROM gym-super-mario-bros ships for `rom_mode` (vanilla, downsample, pixel, rectangle)."""
+    """The ROM gym-super-mario-bros ships for `rom_mode` (vanilla on both generations; downsample, pixel and
+    rectangle only in 7.4)."""
     package = import_mario_package()
-    from gym_super_mario_bros._roms.rom_path import rom_path
+    if rom_mode == "vanilla":
+        return os.path.join(os.path.dirname(package.__file__), "_roms", "super-mario-bros.nes")
+    from gym_super_mario_bros._roms.rom_path import rom_path  # 7.4's; 9.x ships the vanilla ROM only
 
-    path = rom_path(False, rom_mode)
-    return path if os.path.isabs(path) else os.path.join(os.path.dirname(package.__file__), "_roms", path)
+    return rom_path(False, rom_mode)
 
 
 def _pad_overscan(frame: np.ndarray) -> np.ndarray:
     """Fill the 8 px border the core crops, in place, from what the frame shows: the top repeats the first row
     shown (SMB's sky above the HUD), the bottom and the sides repeat the 8 px one metatile (16 px) inward (the
     ground's bricks and the sky are 16 px periodic). Measured on the golden sequences, the 84x84 frames then
-    differ from nes-py's only in their outermost rows and columns (tests/test_mario_retro.py)."""
+    differ from nes-py's only in their three outermost columns on each side (tests/test_mario_retro.py)."""
     o, tile = OVERSCAN, 2 * OVERSCAN
     frame[:o] = frame[o]
     frame[-o:] = frame[-o - tile : -tile]
@@ -170,7 +172,7 @@ class RetroMarioEmulator(MarioFrames):
     generation = "retro"
 
     def __init__(self, target: tuple[int, int] | None, rom_mode: str = "vanilla") -> None:
-        from gym_super_mario_bros._roms.decode_target import decode_target
+        from gym_super_mario_bros._roms import decode_target
 
         self._core: _Core | None = _open_core(rom_file(rom_mode))
         self._state: bytes | None = None  # this emulator's saved state while another owns the core
