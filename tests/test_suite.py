@@ -203,6 +203,8 @@ def test_bad_input_exits_2_with_one_line(fresh_run: Path, tmp_path: Path, capsys
     _fails([ckpt, "--levels", "1-1", "--seeds", "0,x", "--out", str(out)], capsys, "--seeds")
     _fails([ckpt, "--levels", "1-1", "--episodes", "0", "--out", str(out)], capsys, "--episodes=0")
     _fails([ckpt, "--levels", "1-1", "--epsilon", "2", "--out", str(out)], capsys, "--epsilon=2.0")
+    _fails([ckpt, "--levels", "1-1", "--backend", "snes", "--out", str(out)], capsys, "--backend",
+           "env.backend='snes'", "allowed auto, nes-py, retro")
     assert not out.exists()  # nothing written for bad input
 
 
