@@ -37,6 +37,29 @@ def _block(envs: list, rng: np.random.Generator, steps: int) -> float:
     return (time.process_time() - t0) / (steps * len(envs))
 
 
+def swap_cost_us(env_config: EnvConfig, blocks: int, swaps: int = 2000) -> dict[str, float]:
+    """Microseconds per swap of the retro core between two emulators (save one state, load the other)."""
+    from shared.env_factory import parse_mario_id
+    from shared.mario_retro import RetroMarioEmulator
+
+    target, rom_mode = parse_mario_id(env_config.env_id)
+    a, b = RetroMarioEmulator(target, rom_mode), RetroMarioEmulator(target, rom_mode)
+    try:
+        a.reset()
+        b.reset()
+        costs = []
+        for _ in range(blocks):
+            t0 = time.process_time()
+            for _ in range(swaps):
+                a.own()
+                b.own()
+            costs.append((time.process_time() - t0) / (2 * swaps) * 1e6)
+    finally:
+        a.close()
+        b.close()
+    return {"min_us": min(costs), "median_us": statistics.median(costs), "max_us": max(costs)}
+
+
 def measure(env_config: EnvConfig, blocks: int, steps: int, shared_k: int) -> dict[str, dict[str, float]]:
     sides: dict[str, list] = {"nes-py": [make_env(replace(env_config, backend="nes-py"))]}
     if retro_installed():
@@ -74,8 +97,12 @@ def main() -> int:
     args = parser.parse_args()
     result = measure(EnvConfig(env_id=args.env), args.blocks, args.steps, args.shared_k)
     rounded = {k: {m: round(v, 3) for m, v in r.items()} for k, r in result.items()}
-    print(json.dumps({"python": platform.python_version(), "env": args.env, "blocks": args.blocks,
-                      "steps_per_block": args.steps, "cpu_per_env_step": rounded}, indent=1))
+    report = {"python": platform.python_version(), "env": args.env, "blocks": args.blocks,
+              "steps_per_block": args.steps, "cpu_per_env_step": rounded}
+    if retro_installed():
+        report["retro_core_swap"] = {m: round(v, 2) for m, v in swap_cost_us(EnvConfig(env_id=args.env),
+                                                                             args.blocks).items()}
+    print(json.dumps(report, indent=1))
     return 0
 
 
