@@ -19,8 +19,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from shared.config import EnvConfig
-from shared.env_factory import make_env
+from shared.config import ConfigError, EnvConfig
+from shared.env_factory import make_env, parse_mario_id
 from shared.mario_backend import retro_installed
 
 
@@ -39,7 +39,6 @@ def _block(envs: list, rng: np.random.Generator, steps: int) -> float:
 
 def swap_cost_us(env_config: EnvConfig, blocks: int, swaps: int = 2000) -> dict[str, float]:
     """Microseconds per swap of the retro core between two emulators (save one state, load the other)."""
-    from shared.env_factory import parse_mario_id
     from shared.mario_retro import RetroMarioEmulator
 
     target, rom_mode = parse_mario_id(env_config.env_id)
@@ -88,13 +87,22 @@ def measure(env_config: EnvConfig, blocks: int, steps: int, shared_k: int) -> di
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.backend_steps", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="SuperMarioBros-1-1-v0")
     parser.add_argument("--blocks", type=int, default=9)
     parser.add_argument("--steps", type=int, default=200, help="env steps per env per block")
     parser.add_argument("--shared-k", type=int, default=4, help="retro envs time-sharing the core in one more side")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        if parse_mario_id(args.env)[0] is None:
+            raise ConfigError(f"--env={args.env}: allowed a stage id such as SuperMarioBros-1-1-v0")
+        for name in ("blocks", "steps", "shared_k"):
+            if getattr(args, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)}: allowed an integer >= 1")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     result = measure(EnvConfig(env_id=args.env), args.blocks, args.steps, args.shared_k)
     rounded = {k: {m: round(v, 3) for m, v in r.items()} for k, r in result.items()}
     report = {"python": platform.python_version(), "env": args.env, "blocks": args.blocks,
