@@ -4,8 +4,13 @@ PYTHON ?= python3
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null)
 VENV ?= .venv$(if $(filter 311,$(PY_TAG)),,-py$(PY_TAG))
 VPY := $(VENV)/bin/python
-# Optional extras on top of dev, comma-separated: EXTRAS=ray for `--launcher ray` (CI installs it for the Ray test).
+# Optional extras on top of dev, comma-separated: EXTRAS=ray for `--launcher ray` (CI installs it for the Ray test),
+# EXTRAS=retro for env.backend=retro (CI installs it for the backend equivalence tests).
 EXTRAS ?=
+# env.backend=retro: stable-retro's FCEUmm NES core, wheels for CPython 3.11-3.13 (manylinux x86_64, ~123 MB
+# installed; the core is GPLv2, the wrapper MIT). Installed with --no-deps: its pyglet>=1.5.27 (viewer only)
+# conflicts with nes-py 8's pyglet<=1.5.21 pin; its other requirements (gymnasium, numpy) are ours already.
+RETRO_PIN := stable-retro==1.0.1 farama-notifications==0.0.6
 comma := ,
 # Python >= 3.13 gets no torch by default (setup.cfg): the env tests (test-env) run without it, so only
 # the targets that train (run, bench, eval) add the torch extra there. Below 3.13 torch is a requirement.
@@ -63,10 +68,11 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing mario-apex[$(subst -,$(comma),$*)] into $(VENV) (minutes the first time)"
 	@$(PIP) install --quiet --upgrade "pip>=23" $(PIP_QUIET)
-	@$(PIP) install --quiet -e ".[$(subst -,$(comma),$*)]" $(PIP_QUIET)
+	@$(PIP) install --quiet -e ".[$(subst $(eval) ,$(comma),$(filter-out retro,$(subst -, ,$*)))]" $(PIP_QUIET)
+	$(if $(filter retro,$(subst -, ,$*)),@$(PIP) install --quiet --no-deps $(RETRO_PIN) $(PIP_QUIET))
 	@$(VPY) -c "from shared.mario_emulator import import_mario_package; import_mario_package(); \
 		import shared, replay, ingest, actors, learner, nes_py, zmq, cv2 \
-		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)" \
+		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)$(if $(filter retro,$(subst -, ,$*)),; import stable_retro)" \
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
 	@touch $@
 

@@ -32,6 +32,7 @@ import numpy as np
 from bench.workers import STARTUP_TIMEOUT_S, WorkerGroup
 from shared.config import Config, EnvConfig, LearnerConfig, ReplayConfig, is_atari, is_mario
 from shared.env_spec import EnvSpec
+from shared.mario_backend import resolve_backend
 
 # ---------------------------------------------------------------------- env helpers
 
@@ -42,12 +43,21 @@ def mario_action_masks(action_set: str) -> list[int]:
     return list(action_buttons(action_set))
 
 
-def make_raw_env(env_id: str) -> Any:
+def make_raw_env(env_id: str, backend: str = "nes-py") -> Any:
     """The package env with every wrapper stripped: the fastest the emulator can be driven.
+
+    Mario on env.backend=retro: the FCEUmm core driven the same way (joypad byte, one frame, the screen) with
+    none of the project's per-frame logic (shared/mario_retro.py RawRetroMario).
 
     Non-Mario ids (the counting env in tests) go through Gymnasium's registry, unwrapped too;
     ALE ids at one emulator frame per step (their registered frameskip 4 would multiply with ours).
     """
+    if is_mario(env_id) and resolve_backend(backend) == "retro":
+        from shared.env_factory import parse_mario_id
+        from shared.mario_retro import RawRetroMario
+        from shared.mario_stages import stage_env_ids
+
+        return RawRetroMario(*parse_mario_id(stage_env_ids(env_id)[0]))
     if is_mario(env_id):
         import warnings
 
@@ -90,7 +100,7 @@ def _ceiling_worker(
         env_config = EnvConfig(**env_dict)
         env_id, frame_skip = env_config.env_id, env_config.frame_skip
         rng = random.Random(1000 + index)
-        raw = [make_raw_env(env_id) for _ in range(num_envs)]
+        raw = [make_raw_env(env_id, env_config.backend) for _ in range(num_envs)]
         for env in raw:
             env.reset()
         actions = mario_action_masks(env_config.action_set) if is_mario(env_id) else list(range(int(raw[0].action_space.n)))

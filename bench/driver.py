@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--profile", default="auto", help="config_optimized profile (auto, cpu, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="section.field=value override")
+    p.add_argument("--backends", nargs="+", default=None, choices=("nes-py", "retro"),
+                   help="Mario emulator backends measured side by side (default: both where stable-retro is installed)")
     return p.parse_args(argv)
 
 
@@ -121,6 +123,7 @@ class Bench:
         self.reps: dict[str, list[dict[str, Any]]] = {}  # phase -> one record per repeat (sps, ups, cpu)
         self._load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         self.part_wall_s: dict[str, float] = {}  # where the bench's own wall time went (start-ups included)
+        self.by_backend: dict[str, dict[str, Any]] = {}  # Mario backend -> its paired figures (other_backends)
 
     def attempt(self, label: str, keys: tuple[str, ...], fn: Callable[[], Any]) -> Any:
         """Run one measurement; on failure null its keys and record why (never a made-up value)."""
@@ -347,7 +350,54 @@ class Bench:
             self.scale()
         if "sweep" not in self.skip:
             self.run_sweep()
+        self.other_backends()
         return self.report()
+
+    def backend_list(self) -> list[str]:
+        """The Mario backends to measure side by side: --backends, else both where stable-retro is installed."""
+        from shared.config import is_mario
+        from shared.mario_backend import resolve_backend, retro_installed
+
+        if not is_mario(self.cfg.env.env_id):
+            return []
+        if self.args.backends:
+            return list(dict.fromkeys(self.args.backends))
+        return ["nes-py", "retro"] if retro_installed() else [resolve_backend(self.cfg.env.backend)]
+
+    def other_backends(self) -> None:
+        """The ceiling and our pipeline (draining, training) on each other Mario backend, as `paired` ran them on
+        the config's: report["backends"] holds every backend's figures side by side (the config's from above)."""
+        from dataclasses import replace
+
+        from shared.mario_backend import resolve_backend
+
+        backends = self.backend_list()
+        if not backends:
+            return
+        own = resolve_backend(self.cfg.env.backend)
+        self.by_backend[own] = self._backend_figures(self)
+        for backend in backends:
+            if backend == own:
+                continue
+            cfg = replace(self.cfg, env=replace(self.cfg.env, backend=backend))
+            sub = Bench(cfg, self.args, self.argv)
+            sub.skip = self.skip | {"naive", "components", "scale", "sweep"}
+            sub.run_root = self.run_root / f"backend-{backend}"
+            sub._port = self._port + 10
+            self.attempt(f"backend_{backend}", (), sub.paired)
+            self.by_backend[backend] = self._backend_figures(sub)
+            self.part_wall_s.update({f"{backend}:{k}": v for k, v in sub.part_wall_s.items()})
+            self.details[f"backend_{backend}"] = sub.details
+
+    @staticmethod
+    def _backend_figures(bench: Bench) -> dict[str, Any]:
+        keys = ("emulator_ceiling_sps", "project_env_sps", "pipeline_sps", "training_sps", "pipeline_efficiency",
+                "cpu_efficiency", "cpu_efficiency_training", "cpu_s_per_1k_steps")
+        out: dict[str, Any] = {key: bench.figures.get(key) for key in keys}
+        errors = {key: bench.errors[key] for key in keys if out[key] is None and key in bench.errors}
+        if errors:
+            out["errors"] = errors
+        return out
 
     def run_sweep(self) -> None:
         """Ceiling and pipeline per collector count; counts already measured above are reused."""
@@ -383,6 +433,7 @@ class Bench:
         }
         report = assemble_report(self.figures, self.errors, sweep=self.sweep, details=self.details,
                                  settings=settings, facts=machine_facts(self.argv), quick=self.quick)
+        report["backends"] = self.by_backend
         return report
 
 
@@ -397,6 +448,18 @@ def _why(details: dict[str, Any], label: str) -> str:
         if key.startswith(label + "_") and isinstance(value, dict) and value.get("error"):
             return str(value["error"])
     return "not measured"
+
+
+def _backend_line(figures: dict[str, Any]) -> str:
+    """One backend's side-by-side figures on one line: medians of the repeats, n/a where not measured."""
+    parts = []
+    for key, value in figures.items():
+        if key == "errors":
+            continue
+        if isinstance(value, dict):
+            value = value.get("median", value.get("pipeline"))
+        parts.append(f"{key} {value:.3g}" if isinstance(value, (int, float)) else f"{key} n/a")
+    return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     report["settings"]["wall_s"] = time.perf_counter() - t0
     latest, stamped = write_report(report, args.out)
     print(format_table(report, markdown=args.markdown))
+    for backend, figures in report["backends"].items():
+        print(f"backend {backend}: {_backend_line(figures)}")
     print(f"\nwrote {latest} and {stamped} in {report['settings']['wall_s']:.0f} s")
     return 0
 

@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from evaluate.levels import Level, LevelError, check_env_config, level_env_confi
 from evaluate.suite_report import Played, SuiteSettings, build_report, display_path
 from shared.config import ConfigError, is_mario
 from shared.env_factory import make_env
+from shared.mario_backend import backend_label, check_backend
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -80,6 +81,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="cap on agent steps per episode (default: env limit)")
     p.add_argument("--baselines", type=Path, default=DOCS,
                    help="folder of random_policy_*.json (default docs/): each level's random row")
+    p.add_argument("--backend", default=None, help="Mario emulator backend (auto, nes-py, retro; default: the "
+                   "checkpoint's config's)")
     p.add_argument("--out", type=Path, required=True, help="output folder: suite.json and suite.png")
     return p.parse_args(argv)
 
@@ -95,11 +98,19 @@ def _settings(args: argparse.Namespace) -> SuiteSettings:
                          args.epsilon, args.max_steps)
 
 
-def _load_all(paths: Sequence[Path], levels: Sequence[Level]) -> list[tuple[Any, Any]]:
-    """(checkpoint data, Config) per path: every one a Mario checkpoint, all on one action set and frame skip."""
+def _load_all(paths: Sequence[Path], levels: Sequence[Level], backend: str | None = None) -> list[tuple[Any, Any]]:
+    """(checkpoint data, Config) per path: every one a Mario checkpoint, all on one action set and frame skip;
+    `backend` replaces the checkpoint's env.backend."""
+    if backend is not None:
+        try:
+            check_backend(backend)
+        except ConfigError as exc:
+            raise SuiteError(f"--backend: {exc}") from exc
     loaded = []
     for path in paths:
         data, cfg, _ = load_run(path)
+        if backend is not None:
+            cfg = replace(cfg, env=replace(cfg.env, backend=backend))
         where = data.path or path
         if not is_mario(cfg.env.env_id):
             raise SuiteError(f"{where}: trained on {cfg.env.env_id}, not Super Mario Bros: it has no levels")
@@ -119,7 +130,7 @@ def _load_all(paths: Sequence[Path], levels: Sequence[Level]) -> list[tuple[Any,
 # ---------------------------------------------------------------------- run
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     settings = _settings(args)
-    loaded = _load_all(args.checkpoints, settings.levels)
+    loaded = _load_all(args.checkpoints, settings.levels, args.backend)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -130,7 +141,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                    for data, cfg in loaded]
     print(f"{len(loaded)} checkpoint(s) x {len(settings.levels)} level(s) x {settings.episodes_per_level} episodes "
           f"(seeds {','.join(map(str, settings.eval_seeds))}), epsilon {settings.epsilon}, "
-          f"{env_cfg0.action_set}, skip {env_cfg0.frame_skip}", flush=True)
+          f"{env_cfg0.action_set}, skip {env_cfg0.frame_skip}, emulator {backend_label(env_cfg0.backend)}", flush=True)
     played: dict[tuple[int, str], list[Played]] = {}
     for i, (data, cfg) in enumerate(loaded):
         greedy = None

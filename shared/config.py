@@ -72,6 +72,10 @@ class EnvConfig:
     # emulator (less memorizing of one trajectory) for at most noop_max wasted frames per game
     noop_max: int = 30
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
+    # Mario's NES emulator (shared/mario_backend.py): "nes-py" (the package's), "retro" (stable-retro's FCEUmm
+    # core, ~5x cheaper per frame, the optional install), "auto" (retro where installed, else nes-py). Not the
+    # default yet: learning on retro is not yet compared with nes-py's runs
+    backend: str = "nes-py"
     seed: int = 0  # base seed; each collector/env derives its own from it
 
 

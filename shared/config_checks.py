@@ -30,6 +30,7 @@ from shared.config import (
     is_mario,
 )
 from shared.env_spec import EnvSpec
+from shared.mario_backend import check_backend
 from shared.sizes import available_memory_bytes, next_pow2
 from shared.values import is_finite_number, is_int
 
@@ -299,6 +300,7 @@ def _check_env(e: EnvConfig) -> None:
     _int_range("env.max_episode_steps", e.max_episode_steps, 1)
     _int_range("env.noop_max", e.noop_max, 0, 1000)
     _int_range("env.seed", e.seed, 0, 2**31 - 1)
+    check_backend(e.backend)
 
 
 def _check_collectors(c: CollectorConfig) -> None:

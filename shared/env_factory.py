@@ -121,6 +121,7 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
             max_episode_steps=env_config.max_episode_steps,
             rom_mode=rom_mode,
             render_mode=render_mode,
+            backend=env_config.backend,
         )
     if is_atari(env_id):
         from shared.atari_env import make_atari_env  # imported lazily: it loads the emulator

@@ -22,6 +22,7 @@ import numpy as np
 from shared import env_bounds
 from shared.config import EnvConfig
 from shared.mario_actions import num_actions as mario_num_actions
+from shared.mario_backend import backend_label
 
 
 def is_image_obs(obs_shape: Sequence[int]) -> bool:
@@ -77,7 +78,7 @@ class EnvSpec:
         """A Mario env's spec from its config alone (no emulator): frame_size^2 uint8 gray frames, the action set's
         size, frame_stack frames per input. ValueError for an unknown action set."""
         e = env_config
-        source = f"Mario wrapper ({e.action_set} actions, skip {e.frame_skip} + max-pool, {e.frame_size}x{e.frame_size} gray)"
+        source = f"Mario wrapper on {backend_label(e.backend)} ({e.action_set} actions, skip {e.frame_skip} + max-pool, {e.frame_size}x{e.frame_size} gray)"
         return cls.of_config(e, (e.frame_size, e.frame_size), np.uint8, mario_num_actions(e.action_set),
                              frame_skip=e.frame_skip, preprocessing=source)
 

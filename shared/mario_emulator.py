@@ -33,7 +33,16 @@ from importlib import metadata
 import cv2
 import numpy as np
 
-from shared.mario_ram import CHANGE_AREA_TIMER, PLAYER_STATE, PRELEVEL_TIMER, STATE_DEAD, MarioRam
+from shared.mario_ram import (
+    AREA,
+    CHANGE_AREA_TIMER,
+    PLAYER_STATE,
+    PRELEVEL_TIMER,
+    STAGE,
+    STATE_DEAD,
+    WORLD,
+    MarioRam,
+)
 
 SCREEN_HEIGHT = 240
 SCREEN_WIDTH = 256
@@ -42,6 +51,7 @@ SCREEN_WIDTH = 256
 ENDED = 1  # the episode is over (package rule, or a life lost when stop_on_life_loss)
 DIED = 2  # Mario was dying or dead on this frame
 FLAG = 4  # flag_get: stage or world over on this frame
+START = 0b00001000  # the joypad byte's start button (nes-py's bit order: right left down up start select B A)
 
 
 def import_mario_package():
@@ -79,8 +89,87 @@ def _bgrx_view(screen: np.ndarray) -> np.ndarray:
     return raw
 
 
-class MarioEmulator:
-    """A gym-super-mario-bros SMB1 env used as a bare emulator with the package's frame semantics.
+class MarioFrames:
+    """The package's frame semantics over any SMB1 emulator: a subclass gives `ram` (MarioRam), `single_stage`
+    and `_advance(buttons)` (write the joypad byte, run one frame). One implementation for every backend."""
+
+    ram: MarioRam
+    single_stage: bool
+
+    def _advance(self, buttons: int) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ one frame
+    def frame(self, buttons: int, stop_on_life_loss: bool) -> int:
+        """Advance one frame like the package's `step`; return ENDED | DIED | FLAG bits."""
+        self._advance(buttons)
+        ram = self.ram
+        dying = ram.is_dying()
+        died = dying or ram.is_dead()
+        flag = ram.flag_get()
+        events = (DIED if died else 0) | (FLAG if flag else 0)
+        if self.single_stage:
+            ended = died or flag
+        else:
+            ended = ram.is_game_over() or (stop_on_life_loss and died)
+        if ended:
+            return events | ENDED  # like the package: no skipping once the episode is over
+        if dying:
+            self._kill_mario()
+        if not self.single_stage:
+            self._skip_end_of_world()
+        self._skip_change_area()
+        self._skip_occupied_states()
+        return events
+
+    # the package's RAM hacks (same code in 7.4 and 9.x): skip frames nobody can act in
+    def _kill_mario(self) -> None:
+        self.ram.mem[PLAYER_STATE] = STATE_DEAD
+        self._advance(0)
+
+    def _skip_end_of_world(self) -> None:
+        ram = self.ram
+        if ram.is_world_over():
+            time = ram.time()
+            while ram.time() == time:
+                self._advance(0)
+
+    def _skip_change_area(self) -> None:
+        mem = self.ram.mem
+        timer = mem[CHANGE_AREA_TIMER]
+        if 1 < timer < 255:
+            mem[CHANGE_AREA_TIMER] = 1
+
+    def _skip_occupied_states(self) -> None:
+        ram = self.ram
+        mem = ram.mem
+        while ram.is_busy() or ram.is_world_over():
+            mem[PRELEVEL_TIMER] = 0
+            self._advance(0)
+
+    # the package's start-screen skip (gym-super-mario-bros' SuperMarioBrosEnv._skip_start_screen, the same
+    # in 7.4 and 9.x), for backends that do not run the package: press start until the clock runs, writing the
+    # target stage into RAM meanwhile, then idle until the clock ticks
+    def _skip_start_screen(self, target: tuple[int, int, int] | None) -> None:
+        mem = self.ram.mem
+        self._advance(START)
+        self._advance(0)
+        while self.ram.time() == 0:
+            self._advance(START)
+            if target is not None:
+                world, stage, area = target
+                mem[WORLD], mem[STAGE], mem[AREA] = world - 1, stage - 1, area - 1
+            self._advance(0)
+            mem[PRELEVEL_TIMER] = 0
+        time_last = self.ram.time()
+        while self.ram.time() >= time_last:
+            time_last = self.ram.time()
+            self._advance(START)
+            self._advance(0)
+
+
+class MarioEmulator(MarioFrames):
+    """nes-py: a gym-super-mario-bros SMB1 env used as a bare emulator with the package's frame semantics.
 
     `target=(world, stage)` gives a single-stage game (the package ends it on death or flag);
     `target=None` the full game (the package ends it at game over).
@@ -137,51 +226,3 @@ class MarioEmulator:
     @property
     def closed(self) -> bool:
         return self._env is None
-
-    # ------------------------------------------------------------------ one frame
-    def frame(self, buttons: int, stop_on_life_loss: bool) -> int:
-        """Advance one frame like the package's `step`; return ENDED | DIED | FLAG bits."""
-        self._advance(buttons)
-        ram = self.ram
-        dying = ram.is_dying()
-        died = dying or ram.is_dead()
-        flag = ram.flag_get()
-        events = (DIED if died else 0) | (FLAG if flag else 0)
-        if self.single_stage:
-            ended = died or flag
-        else:
-            ended = ram.is_game_over() or (stop_on_life_loss and died)
-        if ended:
-            return events | ENDED  # like the package: no skipping once the episode is over
-        if dying:
-            self._kill_mario()
-        if not self.single_stage:
-            self._skip_end_of_world()
-        self._skip_change_area()
-        self._skip_occupied_states()
-        return events
-
-    # the package's RAM hacks (same code in 7.4 and 9.x): skip frames nobody can act in
-    def _kill_mario(self) -> None:
-        self.ram.mem[PLAYER_STATE] = STATE_DEAD
-        self._advance(0)
-
-    def _skip_end_of_world(self) -> None:
-        ram = self.ram
-        if ram.is_world_over():
-            time = ram.time()
-            while ram.time() == time:
-                self._advance(0)
-
-    def _skip_change_area(self) -> None:
-        mem = self.ram.mem
-        timer = mem[CHANGE_AREA_TIMER]
-        if 1 < timer < 255:
-            mem[CHANGE_AREA_TIMER] = 1
-
-    def _skip_occupied_states(self) -> None:
-        ram = self.ram
-        mem = ram.mem
-        while ram.is_busy() or ram.is_world_over():
-            mem[PRELEVEL_TIMER] = 0
-            self._advance(0)

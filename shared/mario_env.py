@@ -29,6 +29,9 @@ Episode ends:
 Every reset restores the state right after the start screen: the emulator has no randomness,
 so episodes are fully determined by the actions; `seed` only seeds `np_random`.
 
+Backends (`backend`, shared/mario_backend.py): "nes-py" (the package's emulator) or "retro" (stable-retro's FCEUmm
+core, shared/mario_retro.py): everything above the emulator's frame is this class, the same for both.
+
 info: x_pos, flag_get (reached on this step), world, stage, score, life, time - read from RAM.
 """
 
@@ -42,7 +45,9 @@ import numpy as np
 from gymnasium import spaces
 
 from shared.mario_actions import action_buttons
+from shared.mario_backend import open_emulator
 from shared.mario_emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH, MarioEmulator
+from shared.mario_retro import RetroMarioEmulator
 from shared.mario_reward import DEATH_PENALTY, FLAG_BONUS, max_dx
 
 
@@ -69,6 +74,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
         max_episode_steps: int = 4500,
         rom_mode: str = "vanilla",
         render_mode: str | None = None,
+        backend: str = "nes-py",
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r} is invalid: allowed None or 'rgb_array'")
@@ -84,7 +90,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
         self.action_space = spaces.Discrete(len(self._buttons))
         self.observation_space = spaces.Box(0, 255, (self._frame_size, self._frame_size), np.uint8)
 
-        self._emu: MarioEmulator | None = MarioEmulator(target, rom_mode)
+        self._emu: MarioEmulator | RetroMarioEmulator | None = open_emulator(backend, target, rom_mode)
         self._gray = np.empty((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
         self._dsize = (self._frame_size, self._frame_size)
         self._needs_reset = True
@@ -190,7 +196,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
             self._emu = None
 
     # ------------------------------------------------------------------ helpers
-    def _open(self) -> MarioEmulator:
+    def _open(self) -> MarioEmulator | RetroMarioEmulator:
         if self._emu is None:
             raise RuntimeError("MarioEnv is closed")
         return self._emu

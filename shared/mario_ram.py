@@ -57,6 +57,14 @@ class MarioRam:
             raise ValueError(f"expected the NES RAM as a uint8 array of shape (2048,), got {ram.dtype} {ram.shape}")
         self.mem = memoryview(ram)  # writable view: RAM hacks write through it
 
+    @classmethod
+    def over(cls, mem: object) -> MarioRam:
+        """Accessors over any live, writable byte-indexable RAM (`mem[i]`, `mem[i] = v`, `mem[a:b]`), e.g. an
+        emulator's own memory interface where no buffer can be viewed."""
+        ram = cls.__new__(cls)
+        ram.mem = mem  # type: ignore[assignment]
+        return ram
+
     def x_pos(self) -> int:
         m = self.mem
         return m[X_PAGE] * 256 + m[X_SCREEN]

@@ -122,8 +122,9 @@ def _fake_module(monkeypatch, name: str, **attrs) -> None:
 
 
 def _run(monkeypatch, tmp_path, *args: str) -> dict:
+    """One backend (the default config's): the faked parts count their calls for one paired sequence."""
     out = tmp_path / "latest.json"
-    assert bench.main([*args, "--out", str(out)]) == 0
+    assert bench.main([*args, "--backends", "nes-py", "--out", str(out)]) == 0
     return json.loads(out.read_text())
 
 
@@ -339,3 +340,14 @@ def test_tiny_real_run_measures_ceiling_and_naive(tmp_path):
     assert len(data["details"]["repeats"]["ceiling"]) == bench.REPEATS[True]
     for phase in ("ceiling", "naive_drain", "naive_train"):  # CPU per step of every process, every repeat
         assert all(r["cpu_s_per_1k_steps"] > 0 for r in data["details"]["repeats"][phase]), phase
+
+
+def test_backends_are_reported_side_by_side_with_reasons(tmp_path, capsys):
+    out = tmp_path / "latest.json"
+    assert bench.main([*ALL_SKIPPED, "--quick", "--backends", "nes-py", "retro", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert list(report["backends"]) == ["nes-py", "retro"]
+    for figures in report["backends"].values():
+        assert figures["emulator_ceiling_sps"] is None and figures["cpu_efficiency"] is None
+        assert figures["errors"]["emulator_ceiling_sps"] == "skipped (--skip ceiling)"
+    assert "backend retro: emulator_ceiling_sps n/a" in capsys.readouterr().out

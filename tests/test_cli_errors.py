@@ -128,6 +128,9 @@ CASES = [
     ("keys-no-secret", ["--curve-keys", "{nosecret}"], ["{nosecret}", "lacks server.key_secret"]),
     ("keys-bad-secret", ["--curve-keys", "{badsecret}"], ["server.key_secret", "not a readable CURVE certificate"]),
     ("device-cuda", ["--set", "learner.device=cuda"], ["learner.device='cuda'", "no CUDA device"]),
+    ("backend-unknown", ["--set", "env.backend=snes"], ["env.backend='snes'", "allowed auto, nes-py, retro"]),
+    ("backend-retro-missing", ["--set", "env.backend=retro"],
+     ["env.backend='retro'", "stable-retro is not installed", "EXTRAS=retro"]),
     ("resume-no-checkpoint", ["--resume", "{nockpt}"], ["--resume", "{nockpt}", "no checkpoint found"]),
     ("resume-missing", ["--resume", "{tmp}/nothere"], ["--resume", "{tmp}/nothere", "no such run directory"]),
     ("resume-other-env", ["--resume", "{cartrun}"],
@@ -135,12 +138,14 @@ CASES = [
 ]
 # the real child processes: one per kind of check (flags, config, env, memory, keys, run dir, port, device)
 SUBPROCESS = ("env-unknown", "env-continuous", "ale-unknown", "set-mario-version", "max-seconds-nan", "max-seconds-text",
-              "hidden-too-big", "bind-ipv6", "bind-not-here", "port-in-use", "run-dir-is-file", "keys-empty", "device-cuda")
+              "hidden-too-big", "backend-unknown", "bind-ipv6", "bind-not-here", "port-in-use", "run-dir-is-file", "keys-empty", "device-cuda")
 
 
 def _skip_reason(case_id: str) -> str | None:
     if case_id == "ale-without-ale-py" and importlib.util.find_spec("ale_py") is not None:
         return "ale_py is installed (setup.cfg pins it): ALE ids are registered"
+    if case_id == "backend-retro-missing" and importlib.util.find_spec("stable_retro") is not None:
+        return "stable-retro is installed (make install EXTRAS=retro): env.backend=retro runs"
     if case_id == "device-cuda" and not _no_cuda():
         return "this machine has a CUDA device"
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import time
 from dataclasses import replace
@@ -16,14 +17,20 @@ from shared.protocol import ObsSpec
 pytestmark = pytest.mark.slow
 
 
-def test_mario_collector_fills_buffer_with_real_frames() -> None:
+@pytest.mark.parametrize("backend", [
+    "nes-py",
+    # K envs of one collector time-share the process's one FCEUmm core (shared/mario_retro.py)
+    pytest.param("retro", marks=pytest.mark.skipif(importlib.util.find_spec("stable_retro") is None,
+                                                   reason="stable-retro not installed (make install EXTRAS=retro)")),
+])
+def test_mario_collector_fills_buffer_with_real_frames(backend: str) -> None:
     from replay.buffer import ReplayBuffer
     from shared import env_factory
     from tests.local_head import LocalHead
     from tests.test_collector_integration import launch
 
     # ez-greedy on (collectors.explore_repeat_mu travels in the WELCOME): held exploratory actions on the real emulator
-    cfg = replace(Config(), env=EnvConfig(),
+    cfg = replace(Config(), env=EnvConfig(backend=backend),
                   collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16, explore_repeat_mu=2.0),
                   replay=ReplayConfig(capacity=4096), learner=LearnerConfig(hidden=64),
                   transport=TransportConfig(head_timeout_s=10.0))

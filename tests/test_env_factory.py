@@ -156,7 +156,7 @@ def test_env_spec_carries_the_configs_reward_handling_and_its_description() -> N
     assert not spec.image and spec.frame_bytes == 16 and "vector path: MLP on 1 x (4,) float32" in spec.description
     mario = env_spec(EnvConfig(frame_size=48, frame_stack=2, action_set="right_only"))
     assert mario.image and mario.frame_bytes == 48 * 48 and mario.stack == 2
-    assert mario.description == ("Mario wrapper (right_only actions, skip 4 + max-pool, 48x48 gray); image path: "
+    assert mario.description == ("Mario wrapper on nes-py (right_only actions, skip 4 + max-pool, 48x48 gray); image path: "
                                  "Nature CNN on 2 x 48x48 uint8, 5 actions")
     counting = EnvConfig(env_id=COUNTING_ENV_ID, frame_stack=3)
     env = make_env(counting)

@@ -14,7 +14,7 @@ import pytest
 from bench import proxy
 from tests.cluster_helpers import ROOT
 
-TOOLS = ["bench.attack", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
+TOOLS = ["bench.attack", "bench.backend_steps", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
          "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.average", "evaluate.export",
          "evaluate.campaign", "evaluate.levels_table",
          "evaluate.random_policy",
@@ -30,6 +30,15 @@ def test_help_names_the_module(module: str) -> None:
     proc = _run(module, "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: python -m {module}")
+
+
+@pytest.mark.parametrize("args", [["--env", "CartPole-v1"], ["--env", "SuperMarioBros-v0"], ["--blocks", "0"]])
+def test_backend_steps_bad_input_is_one_line(args: list[str], capsys) -> None:
+    from bench import backend_steps
+
+    assert backend_steps.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
 def test_export_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
