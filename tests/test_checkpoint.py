@@ -462,7 +462,8 @@ def _vector_learner(seed: int | None = 0, bounds=None):
     from replay.buffer import ReplayBuffer
     from replay.value_bounds import ValueBounds
 
-    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed, bounds=bounds or ValueBounds())
+    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed,
+                       bounds=bounds or ValueBounds(num_actions=VEC_ACTIONS))
     cfg = small_config(batch_size=8)
     return learner_of(cfg, EnvSpec(VEC_OBS, np.float32, VEC_ACTIONS, VEC_STACK), buf, "cpu"), buf
 
@@ -539,6 +540,30 @@ REPLAY_CONTENTS = {
         r"replay/state\.json: sampler_rng=.* is invalid \(does not read back unchanged\)"),
     "sampler_rng a string": (lambda c: _edit_replay_state(c, lambda s: s.update(sampler_rng="PCG64")),
                              r"replay/state\.json: sampler_rng='PCG64' is invalid"),
+    # indices: an action the network has no output for was resumed and crashed the loss on the first batch
+    "action out of range": (lambda c: _edit_npy(c, "replay/action.npy", lambda a: _set_live(a, VEC_ACTIONS + 5)),
+                            r"replay/action\.npy: slot 1 holds 7 \(1 bad values in all\); allowed -1 \(no action\) "
+                            r"or 0 \.\. 1 \(the env's 2 actions\); refusing to restore it$"),
+    "negative action": (lambda c: _edit_npy(c, "replay/action.npy", lambda a: _set_live(a, -5)),
+                        r"replay/action\.npy: slot 1 holds -5"),
+    "action out of range in a free slot": (
+        lambda c: _edit_npy(c, "replay/action.npy", lambda a: a.__setitem__(-1, 9)), r"replay/action\.npy: slot 127 holds 9"),
+    "boot beyond the ring": (lambda c: _edit_npy(c, "replay/boot.npy", lambda a: a.__setitem__(-1, 10**6)),
+                             r"replay/boot\.npy: slot 127 holds 1000000 .*allowed a ring slot 0 \.\. 127"),
+    "negative floor": (lambda c: _edit_npy(c, "replay/floor.npy", lambda a: _set_live(a, -3)),
+                       r"replay/floor\.npy: slot 1 holds -3"),
+    "segment end past the ring": (lambda c: _edit_npy(c, "replay/seg_end.npy", lambda a: a.__setitem__(-1, 5000)),
+                                  r"replay/seg_end\.npy: slot 127 holds 5000"),
+    "segment end before its slot": (lambda c: _edit_npy(c, "replay/seg_end.npy", lambda a: _set_live(a, 1)),
+                                    r"replay/seg_end\.npy: slot 1 holds 1, a segment ending at or before its own slot"),
+    "segment start past the cursor": (lambda c: _edit_npy(c, "replay/seg_abs.npy", lambda a: _set_live(a, 10**9)),
+                                      r"replay/seg_abs\.npy: slot 1 holds 1000000000 .*before the write cursor"),
+    "cursor a string": (lambda c: _edit_replay_state(c, lambda s: s.update(cursor="5")),
+                        r"replay/state\.json: cursor='5' is invalid: allowed an integer in \[0, 128\]"),
+    "abs_cursor negative": (lambda c: _edit_replay_state(c, lambda s: s.update(abs_cursor=-5)),
+                            r"replay/state\.json: abs_cursor=-5 is invalid"),
+    "transitions_added huge float": (lambda c: _edit_replay_state(c, lambda s: s.update(transitions_added=1e300)),
+                                     r"replay/state\.json: transitions_added=1e\+300 is invalid"),
 }
 
 
@@ -647,6 +672,12 @@ def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(repla
 def _resume_with_a_frame_of(value: float, tmp_path):
     """`python -m launcher --resume` of a CartPole run whose replay/frames.npy holds `value` at slot 17
     (sha256 updated to match); returns the finished process and the checkpoint's path."""
+    return _resume_with_an_edit("replay/frames.npy", lambda a: a.__setitem__((17, 3), value), tmp_path)
+
+
+def _resume_with_an_edit(name: str, edit, tmp_path):
+    """`python -m launcher --resume` of a CartPole run whose checkpoint file `name` (a .npy of the replay)
+    went through `edit` (sha256 updated to match); returns the finished process and the checkpoint's path."""
     import subprocess
     import sys
 
@@ -671,12 +702,13 @@ def _resume_with_a_frame_of(value: float, tmp_path):
             buf.add_chunk(TransitionChunk(
                 stream, 0, data.normal(size=(steps + 1, *spec.obs_shape)).astype(spec.obs_dtype),
                 np.append(data.integers(0, spec.num_actions, steps), NO_ACTION).astype(np.int32),
-                np.ones(steps + 1, dtype=np.float32), marks, np.ones(steps + 1, dtype=np.float32)))
+                np.full(steps + 1, spec.max_abs_reward, dtype=np.float32), marks,
+                np.ones(steps + 1, dtype=np.float32)))
         learner.run_updates(1)
         ckpt = learner.save_checkpoint(run, replay=buf)
     finally:
         learner.close()
-    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((17, 3), value))
+    _edit_npy(ckpt, name, edit)
     load_checkpoint(run, verify_replay=True)  # every sha256 matches: only the values are wrong
     proc = subprocess.run([sys.executable, "-m", "launcher", *flags, "--run-dir", str(tmp_path / "run2"),
                            "--resume", str(run)], cwd=ROOT, env=head_env(), capture_output=True, text=True,
@@ -694,6 +726,19 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
     assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
+
+
+def test_resuming_from_an_action_the_env_does_not_have_exits_2_naming_the_file(tmp_path) -> None:
+    """An action of 7 on CartPole (2 actions) in replay/action.npy, sha256 updated: it used to resume and
+    crash dqn_loss a few seconds later with an index error (rc 1, a traceback), saving the bad value again
+    on the way, so every later resume crashed too."""
+    proc, ckpt = _resume_with_an_edit("replay/action.npy", lambda a: a.__setitem__(17, 7), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'replay' / 'action.npy'}: slot 17 holds 7" in errors[0], errors[0]
+    assert "(the env's 2 actions)" in errors[0], errors[0]
 
 
 def test_resuming_from_frames_beyond_the_envs_bound_exits_2_naming_the_bound(tmp_path) -> None:
