@@ -371,9 +371,14 @@ CORRUPTIONS = {
     "geometry a list": (_edit_meta(lambda m: m.update(geometry=[1, 2])), r"geometry=\[1, 2\] is invalid: allowed an"),
     "counters a list": (_edit_meta(lambda m: m.update(counters=[5])), r"counters=\[5\] is invalid"),
     "counter a string": (_edit_meta(lambda m: m["counters"].update(updates="5")),
-                         r"counters\.updates='5' is invalid: allowed a finite number"),
+                         r"counters\.updates='5' is invalid: allowed a count"),
     "counter a bool": (_edit_meta(lambda m: m["counters"].update(samples=True)), r"counters\.samples=True is invalid"),
     "counter NaN": (_edit_meta(lambda m: m["counters"].update(updates=float("nan"))), r"counters\.updates=nan"),
+    "counter negative": (_edit_meta(lambda m: m["counters"].update(updates=-5)),
+                         r"counters\.updates=-5 is invalid: allowed a count \(an integer in \[0, 2\*\*53\]\)"),
+    "counter 1e300": (_edit_meta(lambda m: m["counters"].update(env_steps=1e300)), r"counters\.env_steps=1e\+300"),
+    "counter fractional": (_edit_meta(lambda m: m["counters"].update(samples=2.5)), r"counters\.samples=2\.5"),
+    "counter past 2**53": (_edit_meta(lambda m: m["counters"].update(broadcasts=2**60)), r"counters\.broadcasts="),
     "files a list": (_edit_meta(lambda m: m.update(files=["model.pt"])), r"files=\['model\.pt'\] is invalid"),
     "files entry a string": (_edit_meta(lambda m: m["files"].update({"model.pt": "abc"})),
                              r"files\['model\.pt'\]='abc' is invalid: allowed an object"),
@@ -678,6 +683,17 @@ def _resume_with_a_frame_of(value: float, tmp_path):
 def _resume_with_an_edit(name: str, edit, tmp_path):
     """`python -m launcher --resume` of a CartPole run whose checkpoint file `name` (a .npy of the replay)
     went through `edit` (sha256 updated to match); returns the finished process and the checkpoint's path."""
+
+    def corrupt(ckpt) -> None:
+        _edit_npy(ckpt, name, edit)
+        load_checkpoint(ckpt, verify_replay=True)  # every sha256 matches: only the values are wrong
+
+    return _resume_after(corrupt, tmp_path)
+
+
+def _resume_after(corrupt, tmp_path):
+    """`python -m launcher --resume` of a CartPole run (with its replay) whose checkpoint dir went through
+    `corrupt`; returns the finished process and the checkpoint's path."""
     import subprocess
     import sys
 
@@ -708,8 +724,7 @@ def _resume_with_an_edit(name: str, edit, tmp_path):
         ckpt = learner.save_checkpoint(run, replay=buf)
     finally:
         learner.close()
-    _edit_npy(ckpt, name, edit)
-    load_checkpoint(run, verify_replay=True)  # every sha256 matches: only the values are wrong
+    corrupt(ckpt)
     proc = subprocess.run([sys.executable, "-m", "launcher", *flags, "--run-dir", str(tmp_path / "run2"),
                            "--resume", str(run)], cwd=ROOT, env=head_env(), capture_output=True, text=True,
                           timeout=300)
@@ -739,6 +754,18 @@ def test_resuming_from_an_action_the_env_does_not_have_exits_2_naming_the_file(t
     assert len(errors) == 1, proc.stderr
     assert f"{ckpt / 'replay' / 'action.npy'}: slot 17 holds 7" in errors[0], errors[0]
     assert "(the env's 2 actions)" in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("counter, value", [("updates", -5), ("env_steps", 1e300)])
+def test_resuming_from_an_impossible_counter_exits_2_naming_it(counter, value, tmp_path) -> None:
+    """meta.json's counters are counts: `updates=-5` or `env_steps=1e300` (both finite numbers) used to pass
+    the checks and end the resumed run with rc 1 and a traceback."""
+    proc, ckpt = _resume_after(_edit_meta(lambda m: m["counters"].update({counter: value})), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'meta.json'}: counters.{counter}={value!r} is invalid: allowed a count" in errors[0], errors[0]
 
 
 def test_resuming_from_frames_beyond_the_envs_bound_exits_2_naming_the_bound(tmp_path) -> None:
