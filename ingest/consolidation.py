@@ -392,9 +392,11 @@ class ConsolidationThread(threading.Thread):
                 raise ProtocolError("future_weights", str(header.weight_version))
             msg = decode(parts, self.spec)
             t = msg.header.msg_type
-            if t == EPISODE_SUMMARY and not episode_bounds_ok(msg.payload, self.max_abs_reward):
+            if t == EPISODE_SUMMARY and not episode_bounds_ok(msg.payload, self.max_abs_reward,
+                                                             self.spec.max_episode_steps):
                 raise ProtocolError("episode_out_of_range", f"return {msg.payload.episode_return} "
-                                                            f"in {msg.payload.length} steps")
+                                                            f"in {msg.payload.length} steps (time limit "
+                                                            f"{self.spec.max_episode_steps})")
             if t not in (TRANSITION_CHUNK, HEARTBEAT, EPISODE_SUMMARY, BYE):
                 raise ProtocolError("unexpected_type", str(t))
         except ProtocolError as exc:

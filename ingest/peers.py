@@ -241,6 +241,9 @@ def fair_next(states: list[CollectorState]) -> CollectorState | None:
     return best
 
 
-def episode_bounds_ok(s: EpisodeSummary, max_abs_reward: float) -> bool:
-    """A summary's return cannot exceed what its length allows at the (unscaled) per-step reward bound."""
-    return s.length >= 1 and abs(s.episode_return) <= s.length * max_abs_reward
+def episode_bounds_ok(s: EpisodeSummary, max_abs_reward: float, max_episode_steps: int | None = None) -> bool:
+    """A summary's length is within the env's time limit (env.max_episode_steps truncates every episode) and its
+    return cannot exceed what its length allows at the (unscaled) per-step reward bound."""
+    if not 1 <= s.length <= (s.length if max_episode_steps is None else max_episode_steps):
+        return False
+    return abs(s.episode_return) <= s.length * max_abs_reward

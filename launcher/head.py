@@ -149,7 +149,8 @@ class Head:
         # after a resume or a starting network is accepted: a refused one leaves the run's record of how it was
         # trained as it was
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
-        obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
+        # what the data plane checks chunks and summaries against (make_env truncates at env.max_episode_steps)
+        obs_spec = ObsSpec.of(spec, max_episode_steps=cfg.env.max_episode_steps)
         registrar = Registrar(
             obs_spec, {"local": local_weights, "remote": remote_weights,
                        **({"inproc": self.publisher.endpoints[-1]} if self.inprocess else {})},

@@ -140,7 +140,8 @@ class Head:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         c = self.config
-        spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env))  # the head's, as ObsSpec.of gives it
+        spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env),  # the head's, as ObsSpec.of gives it
+                       max_episode_steps=c.env.max_episode_steps)
         registrar = make_registrar(self.ctx, c, "tcp://127.0.0.1:0", spec, {"local": "inproc://w", "remote": "inproc://w"})
         self.thread = ConsolidationThread(replay, spec, registrar, transport=c.transport,
                                           collectors=c.collectors, episode_window=c.logging.episode_window,
@@ -334,6 +335,31 @@ def test_a_checkpoint_pauses_writes_but_not_the_thread(head: Head) -> None:
         assert wait_for(lambda: head.thread.stats().heartbeats == 1 and head.thread.stats().parked == 1, 10, 0.005)
         assert head.thread.stats().transitions == written and head.thread.stats().chunks == 0
     assert wait_for(lambda: head.thread.stats().chunks == 1 and head.thread.stats().parked == 0, 10, 0.005)
+
+
+@pytest.mark.parametrize("cap", [36, 37])
+def test_an_episode_longer_than_the_envs_time_limit_is_not_counted(cap: int) -> None:
+    """A summary is held to env.max_episode_steps as its return is to the reward bound: a 37-step episode
+    (its transitions inserted, its summary matching them) where the env truncates at 36 steps is refused as
+    episode_out_of_range and never reaches the episode statistics (a fabricated 600-step CartPole episode
+    counted where the env caps at 500: ret20 20 -> 310); at a cap of 37 it counts."""
+    config = small_config()
+    h = Head(make_replay(), config=replace(config, env=replace(config.env, max_episode_steps=cap)))
+    try:
+        chunks, summaries = counting_stream(5)
+        assert summaries[0].length == 37
+        for chunk in chunks:
+            h.send(P.encode_chunk(chunk, h.cid, h.next_seq(), 5))
+        h.send(P.encode_episode(summaries[0], h.cid, h.next_seq(), 5))
+        h.send(P.encode_simple(P.HEARTBEAT, h.cid, h.next_seq(), 5))
+        assert wait_for(lambda: h.thread.stats().heartbeats == 1 and h.thread.stats().chunks == len(chunks), 10, 0.005)
+        s = h.thread.stats()
+        if cap < 37:
+            assert s.episodes == 0 and s.rejected_by_reason == {"episode_out_of_range": 1}, s.rejected_by_reason
+        else:
+            assert s.episodes == 1 and s.rejected_by_reason == {}, s.rejected_by_reason
+    finally:
+        h.close()
 
 
 def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> None:
