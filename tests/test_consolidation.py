@@ -21,7 +21,7 @@ import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
 from bench.attack import hello
-from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
+from ingest.consolidation import MAX_SEQ_JUMP, PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar, collector_config
 from shared import env_bounds
@@ -391,13 +391,34 @@ def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> No
 
 
 def test_sequence_duplicates_rejected_gaps_counted(head: Head) -> None:
-    chunks = counting_chunks(4)
+    """A duplicate is stale (also of a jump not yet followed); a gap counts once the message after it
+    continues from there."""
+    chunks = counting_chunks(5)
     before = head.handled()
-    for chunk, seq in zip(chunks, (1, 1, 3, 2), strict=True):
+    for chunk, seq in zip(chunks, (1, 1, 3, 3, 4), strict=True):
         head.send(P.encode_chunk(chunk, head.cid, seq, 0))
-    head.wait_handled(before, 4)
+    head.wait_handled(before, 5)
     s = head.thread.stats()
-    assert s.chunks == 2 and s.rejected_by_reason == {"stale_seq": 2} and s.gaps == 1
+    assert s.chunks == 3 and s.rejected_by_reason == {"stale_seq": 2} and s.gaps == 1
+
+
+def test_one_message_at_the_largest_jump_cannot_make_the_owners_messages_stale(head: Head) -> None:
+    """With a sniffed token (a plaintext WELCOME), one HEARTBEAT with seq exactly 2**20 sent before the owner's
+    first message made the owner's next messages stale_seq. A jump moves the sequence only once the next
+    message continues it; the owner's own sequence continues from where it was, and its credits with it."""
+    before = head.handled()
+    head.send(P.encode_simple(P.HEARTBEAT, head.cid, MAX_SEQ_JUMP, 5))  # the forged one
+    for _ in range(13):
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    head.wait_handled(before, 14)
+    s = head.thread.stats()
+    assert s.rejected_by_reason == {} and s.heartbeats == 14 and s.gaps == 0, s.rejected_by_reason
+    state = head.thread.collectors[head.cid]
+    assert state.last_seq == 13 and state.credit_seq() == 13  # the forged 2**20 acknowledges nothing
+    chunk = counting_chunks(1)[0]
+    head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+    head.wait_handled(before + 14, 1)
+    assert head.thread.stats().chunks == 1
 
 
 def test_future_weights_wrong_collector_and_replay_refusal() -> None:
