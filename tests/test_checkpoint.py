@@ -199,6 +199,34 @@ def test_atomic_replace_keeps_latest_and_recovers_old(tmp_path) -> None:
         learner.close()
 
 
+def test_a_symlinked_checkpoint_folder_keeps_checkpointing(tmp_path) -> None:
+    """run/checkpoint a symlink to a folder elsewhere (another disk): every save replaces the folder it points
+    to, the link stays, and nothing is left behind. The swap used to rename the link itself: the second save
+    failed on the leftover checkpoint.old link and left a .checkpoint.tmp-<pid>/."""
+    run, elsewhere = tmp_path / "run", tmp_path / "disk" / "ckpt"
+    elsewhere.mkdir(parents=True)
+    run.mkdir()
+    (run / "checkpoint").symlink_to(elsewhere, target_is_directory=True)
+    learner = make_learner()
+    try:
+        for updates in (1, 2, 3):
+            learner.run_updates(1)
+            learner.save_checkpoint(run)
+            assert (run / "checkpoint").is_symlink() and (run / "checkpoint").resolve() == elsewhere.resolve()
+            assert json.loads((elsewhere / "meta.json").read_text())["counters"]["updates"] == updates
+            assert sorted(p.name for p in run.iterdir()) == ["checkpoint"]
+            assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["ckpt"]
+        assert learner.load_checkpoint(run)["updates"] == 3
+        # a crash between the two renames leaves only the target's .old sibling: still found through the link
+        elsewhere.rename(elsewhere.with_name("ckpt.old"))
+        assert find_checkpoint(run) == elsewhere.with_name("ckpt.old")
+        assert learner.load_checkpoint(run)["updates"] == 3
+        learner.save_checkpoint(run)  # and the next save puts the folder back where the link points
+        assert (elsewhere / "meta.json").is_file() and not elsewhere.with_name("ckpt.old").exists()
+    finally:
+        learner.close()
+
+
 def test_a_save_removes_the_temp_dirs_of_writers_that_no_longer_run(tmp_path) -> None:
     import os
     import subprocess
