@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import collections
 import errno
+import heapq
 import logging
 import os
 import secrets
 import shutil
 import socket as pysocket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import zmq
@@ -62,6 +63,12 @@ SOCKETS_RESERVED = 64  # the head's other sockets (control, weights, authenticat
 MAX_SOCKETS = MAX_OPEN_COLLECTORS + SOCKETS_RESERVED  # set on the head's zmq.Context before any socket
 CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
 WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
+# Room kept for the head's own collectors (a pid its supervisor started, over loopback), per configured
+# collector: a dead one's registration stays open until reclaimed while its restart registers, so a few each.
+# Everyone else shares the rest, at most MAX_PER_ADDRESS of it from one network address: a peer that keeps
+# HELLOs with fresh nonces alive by heartbeats held every slot and stopped training.
+RESERVED_PER_LOCAL_COLLECTOR = 4
+MAX_PER_ADDRESS = 256
 FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener, its owner's connection
 FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
 
@@ -151,11 +158,13 @@ class Registrar:
         welcome_config: Mapping[str, Any],
         control_endpoint: str | None = None,
         num_collectors: int | None = None,
+        own_pids: Callable[[], Collection[int]] | None = None,
     ) -> None:
         """`transport`: endpoints, CURVE, socket options; `collectors`: the count and the epsilon schedule;
         `replay`: its capacity sets the largest chunk, hence the data sockets' MAXMSGSIZE; `welcome_config`:
         the run's whole config (`Config.to_dict()`): every WELCOME carries the part a collector reads
-        (`collector_config`), and its env section says how collectors' episode summaries are checked."""
+        (`collector_config`), and its env section says how collectors' episode summaries are checked;
+        `own_pids`: the pids of the collectors the head itself runs (None: no room is kept for them)."""
         t = self.transport = transport
         self.collectors = collectors
         self.welcome_config = collector_config(welcome_config)
@@ -164,6 +173,12 @@ class Registrar:
         self.ctx = context
         sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
+        self.own_pids = own_pids
+        self.reserved = min(self.max_open - 1, RESERVED_PER_LOCAL_COLLECTOR * collectors.count) if own_pids else 0
+        self._others: dict[int, str] = {}  # open registrations not of the head's own collectors: cid -> address
+        self._per_address: collections.Counter[str] = collections.Counter()
+        self._extra_of: dict[int, int] = {}  # cid -> the extra slot it was handed (returned on release)
+        self._free_extra: list[int] = []  # extra slots handed out before and released since (a heap)
         self.data_max_msg = data_max_msg_bytes(spec, max_chunk_frames(replay.capacity))
         self.hostname = pysocket.gethostname()
         # nonce -> (WELCOME, the control connection it answered, its registration)
@@ -256,11 +271,19 @@ class Registrar:
         if self.guard is not None and self.guard.short():  # its socket and listener would likely fail: not tried
             self._refuse_short_of_files(identity, reject)
             return False
+        own = (self.own_pids is not None and (peer == "" or _is_loopback(peer))
+               and hello["pid"] in self.own_pids())
+        refusal = ""
         if open_count >= self.max_open:
-            reject("too_many_collectors", "")
-            refusal = {"refused": f"the head has {open_count} open registrations (the limit); "
-                                  f"retry after some collectors leave"}
-            self._send(identity, encode_json(WELCOME, refusal))
+            refusal = f"the head has {open_count} open registrations (the limit)"
+        elif not own and len(self._others) >= self.max_open - self.reserved:
+            refusal = (f"the head has {len(self._others)} open registrations of collectors it did not start (the "
+                       f"limit; {self.reserved} are kept for its own)")
+        elif not own and self._per_address[peer] >= MAX_PER_ADDRESS:
+            refusal = f"the head has {MAX_PER_ADDRESS} open registrations from this address (the limit per address)"
+        if refusal:
+            reject("too_many_collectors", refusal)
+            self._send(identity, encode_json(WELCOME, {"refused": f"{refusal}; retry after some collectors leave"}))
             return False
         try:
             state, reply = self._register(hello, peer)
@@ -273,6 +296,9 @@ class Registrar:
             self._welcomes[nonce] = (reply, identity, state)
             while len(self._welcomes) > WELCOME_CACHE:
                 self._welcomes.popitem(last=False)
+        if not own:
+            self._others[state.collector_id] = peer
+            self._per_address[peer] += 1
         admit(state)
         self._send(identity, reply)
         return True
@@ -311,10 +337,15 @@ class Registrar:
             sock.close(linger=0)
             raise
         slot = hello["slot"]
-        if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own, never reused
-            # after the local collectors' slots; from slot 0 when there are none (--collectors 0)
-            slot = (self.num_collectors if self.collectors.count > 0 else 0) + self._extra_slots
-            self._extra_slots += 1
+        if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own while it is registered
+            # after the local collectors' slots, from slot 0 when there are none (--collectors 0); the lowest one
+            # a released registration freed first, so slots (and epsilons) stay within the open registrations
+            if self._free_extra:
+                slot = heapq.heappop(self._free_extra)
+            else:
+                slot = (self.num_collectors if self.collectors.count > 0 else 0) + self._extra_slots
+                self._extra_slots += 1
+            self._extra_of[cid] = slot
         epsilons = self._epsilons(slot)
         eps = min(epsilons)  # the slot's least-exploring stream: what "the greedy slot" is chosen by
         token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
@@ -342,8 +373,17 @@ class Registrar:
 
     # ------------------------------------------------------------------ teardown
     def release(self, state: CollectorState) -> None:
-        """Free a reclaimed registration: its socket, ipc file and cached WELCOME."""
+        """Free a reclaimed registration: its socket, ipc file, cached WELCOME, extra slot and quota
+        (idempotent)."""
         state.sock.close(linger=0)
+        peer = self._others.pop(state.collector_id, None)
+        if peer is not None:
+            self._per_address[peer] -= 1
+            if self._per_address[peer] <= 0:
+                del self._per_address[peer]
+        slot = self._extra_of.pop(state.collector_id, None)
+        if slot is not None:
+            heapq.heappush(self._free_extra, slot)
         if state.endpoint.startswith("ipc://"):
             try:
                 os.unlink(state.endpoint[len("ipc://"):])

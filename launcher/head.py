@@ -156,6 +156,8 @@ class Head:
                        **({"inproc": self.publisher.endpoints[-1]} if self.inprocess else {})},
             self.ctx, transport=t, collectors=cfg.collectors, replay=cfg.replay, welcome_config=cfg.to_dict(),
             num_collectors=max(1, cfg.collectors.count),
+            # room is kept for the collector processes the supervisor started (their HELLOs come over loopback)
+            own_pids=lambda: self.supervisor.pids() if hasattr(self, "supervisor") else (),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
         )
         self._parts.append(registrar)

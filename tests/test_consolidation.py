@@ -907,3 +907,87 @@ def test_the_welcome_carries_what_a_collector_reads_and_no_path_of_the_head(tmp_
     finally:
         dealer.close(0)
         head.close()
+
+
+class _Control:
+    """A Registrar driven from the test's thread: raw HELLOs in, its drain called until each is answered."""
+
+    def __init__(self, ctx: zmq.Context, registrar: Registrar) -> None:
+        self.ctx, self.registrar, self.open, self.n = ctx, registrar, [], 0
+
+    def hello(self, pid: int, slot: int = -1) -> dict:
+        self.n += 1
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        try:
+            sock.connect(self.registrar.control_endpoint)
+            sock.send_multipart(P.encode_json(P.HELLO, {"host": "h", "pid": pid, "slot": slot, "nonce": f"n{self.n}",
+                                                        "envs": 2}))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                self.registrar.drain(len(self.open), lambda reason, detail: None, self.open.append)
+                if sock.poll(5):
+                    return P.decode(sock.recv_multipart()).payload
+            raise TimeoutError("no WELCOME")
+        finally:
+            sock.close(0)
+
+    def release(self, state) -> None:
+        self.open.remove(state)
+        self.registrar.release(state)
+
+
+@pytest.fixture
+def control(monkeypatch):
+    import ingest.registration as registration
+
+    monkeypatch.setattr(registration, "MAX_OPEN_COLLECTORS", 16)
+    monkeypatch.setattr(registration, "MAX_PER_ADDRESS", 6)
+    ctx = zmq.Context()
+    config = small_config()  # collectors.count = 2: the head's own collectors, slots 0 and 1
+    registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, ctx, transport=config.transport,
+                          collectors=config.collectors, replay=config.replay, welcome_config=config.to_dict(),
+                          control_endpoint="tcp://127.0.0.1:0", own_pids=lambda: {os.getpid()})
+    try:
+        c = _Control(ctx, registrar)
+        yield c
+    finally:
+        for state in list(c.open):
+            c.release(state)
+        registrar.close()
+        ctx.term()
+
+
+def test_a_heartbeating_sybil_cannot_hold_the_registrations_the_heads_own_collectors_need(control) -> None:
+    """1,023 HELLOs with distinct nonces, each registration kept alive by heartbeats, held every slot: the
+    supervisor's restarted collector was refused (exit 2, five times) and training stopped. Registrations of
+    the head's own collectors (a pid it started, over loopback) have room kept for them, and one address holds
+    at most MAX_PER_ADDRESS registrations of everyone else."""
+    import ingest.registration as registration
+
+    reg = control.registrar
+    assert reg.reserved == registration.RESERVED_PER_LOCAL_COLLECTOR * 2 and reg.max_open == 16
+    sybil = [control.hello(pid=40_000 + i) for i in range(20)]  # from one address, none the head's own
+    admitted = [w for w in sybil if "refused" not in w]
+    assert len(admitted) == min(registration.MAX_PER_ADDRESS, reg.max_open - reg.reserved) == 6
+    assert "address" in sybil[-1]["refused"], sybil[-1]
+    for slot in (0, 1, 0, 1):  # the head's own collectors, restarted twice before their old registrations are reclaimed
+        welcome = control.hello(pid=os.getpid(), slot=slot)
+        assert "refused" not in welcome and welcome["slot"] == slot, welcome
+    assert len(control.open) == 10
+
+
+def test_a_re_registering_remote_collector_reuses_a_freed_slot(control) -> None:
+    """A remote collector (no slot of its own) that registers again after its registration was reclaimed
+    used to take a new slot past N each time: its epsilon drifted down the schedule and the slot count grew
+    without bound. A freed slot is handed out again, lowest first."""
+    slots = []
+    for _ in range(10):
+        welcome = control.hello(pid=777)
+        slots.append(welcome["slot"])
+        control.release(control.open[-1])
+    assert slots == [2] * 10, slots
+    first, second = control.hello(pid=1), control.hello(pid=2)
+    assert (first["slot"], second["slot"]) == (2, 3)
+    control.release(control.open[0])
+    assert control.hello(pid=3)["slot"] == 2
