@@ -177,8 +177,7 @@ class ConsolidationThread(threading.Thread):
 
     def _round(self, poller: zmq.Poller) -> None:
         self._reclaim(poller, time.monotonic())
-        if self.registrations.guard is not None:  # a burst of idle connections must not take the last descriptors
-            self.registrations.guard.check(time.monotonic())
+        self.registrations.check_descriptors(time.monotonic())  # idle connections must not take the last ones
         for state in self.collectors.values():  # a collector whose park is full is not read: its HWM holds it
             readable = len(state.pending) < self.park_limit
             if readable != state.polled:

@@ -39,10 +39,11 @@ import zmq
 
 from ingest.peers import MAX_TRACKED_STREAMS, CollectorState, EpisodeRules, max_priority
 from replay.chunk_plan import max_chunk_frames
+from shared import open_files
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
-from shared.open_files import ListenerGuard, bind_tcp
+from shared.open_files import FDS_SPARE, ListenerGuard, bind_tcp
 from shared.protocol import (
     HEADER_SIZE,
     HELLO,
@@ -197,6 +198,9 @@ class Registrar:
         self.auth = None
         self.control: zmq.Socket | None = None
         self.guard: ListenerGuard | None = None  # the control endpoint's, when it is TCP
+        self._probe = -1
+        self._data_guards: dict[int, ListenerGuard] = {}  # cid -> its TCP data endpoint's guard
+        self._shed: set[int] = set()  # cids whose data endpoint is unbound, to bind again
         self.ipc_dir = ""
         try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
             if t.curve_keys_dir:
@@ -207,6 +211,7 @@ class Registrar:
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
             if self.control_endpoint.startswith("tcp://"):
                 self.guard = ListenerGuard(self.control, self.control.getsockopt_string(zmq.LAST_ENDPOINT))
+                self._probe = os.open(os.devnull, os.O_RDONLY)  # the data endpoints' guards count with it
             if t.local_transport == "ipc":  # named after this process: a later head removes it if we are killed
                 self.ipc_dir = owned_tempdir()
         except BaseException:
@@ -228,6 +233,27 @@ class Registrar:
             return bind_tcp(sock, endpoint)
         sock.bind(endpoint)
         return endpoint
+
+    def check_descriptors(self, now: float) -> None:
+        """Every turn of the consolidation loop: the control endpoint's guard, then the data endpoints'. Short
+        of descriptors, every TCP data endpoint sheds its connections (idle ones past the handshake held 4,070
+        descriptors of one, and nothing closed them), and each binds again on its port once they are back."""
+        if self.guard is None:
+            return
+        self.guard.check(now)
+        left = open_files.fds_left(self._probe)
+        if left < FDS_SPARE:
+            for cid, guard in self._data_guards.items():
+                if guard.bound:
+                    guard.reset(now, f"{left} file descriptors left (collector {cid}'s data endpoint)")
+                    self._shed.add(cid)
+        elif self._shed and left >= FDS_SPARE // 2:
+            for cid in list(self._shed):
+                guard = self._data_guards.get(cid)
+                if guard is not None:
+                    guard.check(now)
+                if guard is None or guard.bound:
+                    self._shed.discard(cid)
 
     # ------------------------------------------------------------------ HELLO -> WELCOME
     def drain(self, open_count: int, reject: Reject, admit: Callable[[CollectorState], None]) -> int:
@@ -333,6 +359,8 @@ class Registrar:
                 endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
             else:
                 endpoint = self._bind(sock, f"tcp://{t.bind}:0")
+                if self._probe >= 0:
+                    self._data_guards[cid] = ListenerGuard(sock, endpoint, probe=self._probe)
         except BaseException:
             sock.close(linger=0)
             raise
@@ -376,6 +404,10 @@ class Registrar:
         """Free a reclaimed registration: its socket, ipc file, cached WELCOME, extra slot and quota
         (idempotent)."""
         state.sock.close(linger=0)
+        guard = self._data_guards.pop(state.collector_id, None)
+        if guard is not None:
+            guard.close()
+        self._shed.discard(state.collector_id)
         peer = self._others.pop(state.collector_id, None)
         if peer is not None:
             self._per_address[peer] -= 1
@@ -399,6 +431,12 @@ class Registrar:
             self.control.close(linger=0)
         if self.guard is not None:
             self.guard.close()
+        for guard in self._data_guards.values():
+            guard.close()
+        self._data_guards.clear()
+        if self._probe >= 0:
+            os.close(self._probe)
+            self._probe = -1
         if self.ipc_dir:
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
         if self.auth is not None:

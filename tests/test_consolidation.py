@@ -991,3 +991,42 @@ def test_a_re_registering_remote_collector_reuses_a_freed_slot(control) -> None:
     assert (first["slot"], second["slot"]) == (2, 3)
     control.release(control.open[0])
     assert control.hello(pid=3)["slot"] == 2
+
+
+def test_descriptors_are_shed_on_data_endpoints_too(head: Head, monkeypatch) -> None:
+    """4,070 connections to a collector's data endpoint were never closed under descriptor pressure (the head
+    shed its control and weights connections only): HELLOs went unanswered and the TensorBoard writer died of
+    EMFILE. Short of descriptors, the head closes every connection of its TCP data endpoints too, binds them
+    again on the same port once descriptors are back, and the owner's socket reconnects by itself."""
+    import socket
+
+    import shared.open_files as open_files
+
+    host, port = open_files.split_tcp(head.welcome.data_endpoint)
+    idle = [socket.create_connection((host, port), timeout=5) for _ in range(20)]  # connections that never speak
+    try:
+        before = head.handled()
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+        head.wait_handled(before, 1)
+        monkeypatch.setattr(open_files, "fds_left", lambda probe: 0)  # the process is out of descriptors
+        for conn in idle:  # the head closes them: EOF (or a reset) instead of a timeout
+            conn.settimeout(10)
+            try:
+                assert conn.recv(4096 * 4) is not None
+                while conn.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+        monkeypatch.setattr(open_files, "fds_left", lambda probe: 1 << 30)  # descriptors are back
+        before = head.handled()
+        # the owner's socket reconnects to the same port by itself and, as a collector does, keeps sending heartbeats
+        # (one sent while its connection was down may be lost: a gap, as after any reconnect)
+        deadline = time.monotonic() + 20
+        while head.handled() == before and time.monotonic() < deadline:
+            head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+            wait_for(lambda: head.handled() > before, 0.3, 0.01)
+        assert head.handled() > before, "the owner's heartbeats never arrived after the data endpoint was bound again"
+        assert head.thread.stats().rejected_by_reason == {}
+    finally:
+        for conn in idle:
+            conn.close()
