@@ -177,8 +177,7 @@ class ConsolidationThread(threading.Thread):
 
     def _round(self, poller: zmq.Poller) -> None:
         self._reclaim(poller, time.monotonic())
-        if self.registrations.guard is not None:  # a burst of idle connections must not take the last descriptors
-            self.registrations.guard.check(time.monotonic())
+        self.registrations.check_descriptors(time.monotonic())  # idle connections must not take the last ones
         for state in self.collectors.values():  # a collector whose park is full is not read: its HWM holds it
             readable = len(state.pending) < self.park_limit
             if readable != state.polled:
@@ -382,19 +381,31 @@ class ConsolidationThread(threading.Thread):
             header = decode_header(parts[0])
             if header.collector != state.collector_id:
                 raise ProtocolError("collector_mismatch", f"{header.collector} on {state.collector_id}'s socket")
-            if header.seq > max(state.last_seq, state.received_seq) + MAX_SEQ_JUMP:
+            line = max(state.last_seq, state.received_seq)  # the socket's sequence so far
+            if header.seq > line + MAX_SEQ_JUMP:
                 # not credited and nothing moves: one message cannot make every later one of its socket stale
                 raise ProtocolError("seq_jump", f"{header.seq} after {state.last_seq}")
-            state.received_seq = max(state.received_seq, header.seq)  # read, even if rejected below: credit it
-            if header.seq <= state.last_seq:
-                raise ProtocolError("stale_seq", f"{header.seq} <= {state.last_seq}")
+            # a jump past the next number moves the sequence only once the message after it continues from it:
+            # until then the sequence stays where it was, so one message (a peer with a sniffed token, before
+            # the owner connects) cannot make the owner's next ones stale; lost messages leave a gap the next
+            # message confirms
+            jump = header.seq > line + 1 and header.seq != state.tentative_seq + 1
+            if header.seq <= state.last_seq or (jump and header.seq == state.tentative_seq):
+                raise ProtocolError("stale_seq", f"{header.seq} <= {max(state.last_seq, state.tentative_seq)}")
+            confirms = state.tentative_seq if not jump and header.seq == state.tentative_seq + 1 else 0
+            if jump:
+                state.tentative_seq = header.seq  # read, but credits stay with the sequence until it is followed
+            else:
+                state.received_seq, state.tentative_seq = max(line, header.seq), 0  # read, even if rejected below
             if header.weight_version > self.latest_weight_version():
                 raise ProtocolError("future_weights", str(header.weight_version))
             msg = decode(parts, self.spec)
             t = msg.header.msg_type
-            if t == EPISODE_SUMMARY and not episode_bounds_ok(msg.payload, self.max_abs_reward):
+            if t == EPISODE_SUMMARY and not episode_bounds_ok(msg.payload, self.max_abs_reward,
+                                                             self.spec.max_episode_steps):
                 raise ProtocolError("episode_out_of_range", f"return {msg.payload.episode_return} "
-                                                            f"in {msg.payload.length} steps")
+                                                            f"in {msg.payload.length} steps (time limit "
+                                                            f"{self.spec.max_episode_steps})")
             if t not in (TRANSITION_CHUNK, HEARTBEAT, EPISODE_SUMMARY, BYE):
                 raise ProtocolError("unexpected_type", str(t))
         except ProtocolError as exc:
@@ -407,9 +418,9 @@ class ConsolidationThread(threading.Thread):
                            "in priorities_capped", state.collector_id, state.rules.max_priority)
         now = time.monotonic()
         with self._lock:
-            if header.seq > state.last_seq + 1:
-                self.gaps += header.seq - state.last_seq - 1
-            state.last_seq = header.seq
+            if not jump:  # a jump's own gap counts once the next message confirms it
+                self.gaps += max(0, (confirms or header.seq) - state.last_seq - 1)
+                state.last_seq = header.seq
             state.last_seen = state.stall_clock = now
             state.heard = True
             state.weight_version = header.weight_version

@@ -101,7 +101,8 @@ class CollectorState:
     epsilon: float = 0.0
     nonce: str = ""
     last_seq: int = 0  # newest accepted sequence number
-    received_seq: int = 0  # newest sequence number read, accepted or rejected
+    received_seq: int = 0  # newest sequence number read, accepted or rejected, in the socket's sequence
+    tentative_seq: int = 0  # an accepted jump past the sequence that no message has continued yet (0: none)
     credited_seq: int = 0  # newest sequence number acknowledged with CREDIT
     credit_due: float = 0.0  # when the next CREDIT goes out even if nothing new was handled (keep-alive)
     registered_at: float = field(default_factory=time.monotonic)
@@ -131,7 +132,10 @@ class CollectorState:
 
     def credit_seq(self) -> int:
         """Everything up to this seq is handled: read and rejected, or inserted (parked chunks are not)."""
-        return self.pending[0][0] - 1 if self.pending else self.received_seq
+        if not self.pending:
+            return self.received_seq
+        # a parked jump nothing has continued yet is past the sequence: it acknowledges nothing beyond it
+        return min(self.received_seq, min(seq for seq, _ in self.pending) - 1)  # park_limit bounds the scan
 
     # ------------------------------------------------------------------ data
     def capped(self, chunk: TransitionChunk) -> TransitionChunk | None:
@@ -241,6 +245,9 @@ def fair_next(states: list[CollectorState]) -> CollectorState | None:
     return best
 
 
-def episode_bounds_ok(s: EpisodeSummary, max_abs_reward: float) -> bool:
-    """A summary's return cannot exceed what its length allows at the (unscaled) per-step reward bound."""
-    return s.length >= 1 and abs(s.episode_return) <= s.length * max_abs_reward
+def episode_bounds_ok(s: EpisodeSummary, max_abs_reward: float, max_episode_steps: int | None = None) -> bool:
+    """A summary's length is within the env's time limit (env.max_episode_steps truncates every episode) and its
+    return cannot exceed what its length allows at the (unscaled) per-step reward bound."""
+    if not 1 <= s.length <= (s.length if max_episode_steps is None else max_episode_steps):
+        return False
+    return abs(s.episode_return) <= s.length * max_abs_reward

@@ -26,22 +26,24 @@ from __future__ import annotations
 
 import collections
 import errno
+import heapq
 import logging
 import os
 import secrets
 import shutil
 import socket as pysocket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import zmq
 
 from ingest.peers import MAX_TRACKED_STREAMS, CollectorState, EpisodeRules, max_priority
 from replay.chunk_plan import max_chunk_frames
+from shared import open_files
 from shared.config import CollectorConfig, ReplayConfig, TransportConfig
 from shared.exploration import slot_epsilons
 from shared.keys import AllowList, CurveServer, load_server, start_authenticator
-from shared.open_files import ListenerGuard, bind_tcp
+from shared.open_files import FDS_SPARE, ListenerGuard, bind_tcp
 from shared.protocol import (
     HEADER_SIZE,
     HELLO,
@@ -62,6 +64,12 @@ SOCKETS_RESERVED = 64  # the head's other sockets (control, weights, authenticat
 MAX_SOCKETS = MAX_OPEN_COLLECTORS + SOCKETS_RESERVED  # set on the head's zmq.Context before any socket
 CONTROL_MAX_MSG = 64 * 1024  # a HELLO is a header and a small JSON object
 WELCOME_CACHE = 2 * MAX_OPEN_COLLECTORS  # answered HELLO nonces kept for retries
+# Room kept for the head's own collectors (a pid its supervisor started, over loopback), per configured
+# collector: a dead one's registration stays open until reclaimed while its restart registers, so a few each.
+# Everyone else shares the rest, at most MAX_PER_ADDRESS of it from one network address: a peer that keeps
+# HELLOs with fresh nonces alive by heartbeats held every slot and stopped training.
+RESERVED_PER_LOCAL_COLLECTOR = 4
+MAX_PER_ADDRESS = 256
 FDS_PER_COLLECTOR = 3  # a registration's data socket: its mailbox, its listener, its owner's connection
 FDS_RESERVED = 256  # the rest of the head: libraries, logs, TensorBoard, checkpoints, other sockets' peers
 
@@ -151,11 +159,13 @@ class Registrar:
         welcome_config: Mapping[str, Any],
         control_endpoint: str | None = None,
         num_collectors: int | None = None,
+        own_pids: Callable[[], Collection[int]] | None = None,
     ) -> None:
         """`transport`: endpoints, CURVE, socket options; `collectors`: the count and the epsilon schedule;
         `replay`: its capacity sets the largest chunk, hence the data sockets' MAXMSGSIZE; `welcome_config`:
         the run's whole config (`Config.to_dict()`): every WELCOME carries the part a collector reads
-        (`collector_config`), and its env section says how collectors' episode summaries are checked."""
+        (`collector_config`), and its env section says how collectors' episode summaries are checked;
+        `own_pids`: the pids of the collectors the head itself runs (None: no room is kept for them)."""
         t = self.transport = transport
         self.collectors = collectors
         self.welcome_config = collector_config(welcome_config)
@@ -164,6 +174,12 @@ class Registrar:
         self.ctx = context
         sockets_room = self.ctx.get(zmq.MAX_SOCKETS) - SOCKETS_RESERVED
         self.max_open = max(1, min(MAX_OPEN_COLLECTORS, sockets_room, open_files_room(MAX_OPEN_COLLECTORS)))
+        self.own_pids = own_pids
+        self.reserved = min(self.max_open - 1, RESERVED_PER_LOCAL_COLLECTOR * collectors.count) if own_pids else 0
+        self._others: dict[int, str] = {}  # open registrations not of the head's own collectors: cid -> address
+        self._per_address: collections.Counter[str] = collections.Counter()
+        self._extra_of: dict[int, int] = {}  # cid -> the extra slot it was handed (returned on release)
+        self._free_extra: list[int] = []  # extra slots handed out before and released since (a heap)
         self.data_max_msg = data_max_msg_bytes(spec, max_chunk_frames(replay.capacity))
         self.hostname = pysocket.gethostname()
         # nonce -> (WELCOME, the control connection it answered, its registration)
@@ -182,6 +198,9 @@ class Registrar:
         self.auth = None
         self.control: zmq.Socket | None = None
         self.guard: ListenerGuard | None = None  # the control endpoint's, when it is TCP
+        self._probe = -1
+        self._data_guards: dict[int, ListenerGuard] = {}  # cid -> its TCP data endpoint's guard
+        self._shed: set[int] = set()  # cids whose data endpoint is unbound, to bind again
         self.ipc_dir = ""
         try:  # nothing outlives a failed start: sockets, authenticator thread, temp folder
             if t.curve_keys_dir:
@@ -192,6 +211,7 @@ class Registrar:
             self.control_endpoint = self._bind(self.control, control_endpoint or f"tcp://{t.bind}:{t.port}")
             if self.control_endpoint.startswith("tcp://"):
                 self.guard = ListenerGuard(self.control, self.control.getsockopt_string(zmq.LAST_ENDPOINT))
+                self._probe = os.open(os.devnull, os.O_RDONLY)  # the data endpoints' guards count with it
             if t.local_transport == "ipc":  # named after this process: a later head removes it if we are killed
                 self.ipc_dir = owned_tempdir()
         except BaseException:
@@ -213,6 +233,27 @@ class Registrar:
             return bind_tcp(sock, endpoint)
         sock.bind(endpoint)
         return endpoint
+
+    def check_descriptors(self, now: float) -> None:
+        """Every turn of the consolidation loop: the control endpoint's guard, then the data endpoints'. Short
+        of descriptors, every TCP data endpoint sheds its connections (idle ones past the handshake held 4,070
+        descriptors of one, and nothing closed them), and each binds again on its port once they are back."""
+        if self.guard is None:
+            return
+        self.guard.check(now)
+        left = open_files.fds_left(self._probe)
+        if left < FDS_SPARE:
+            for cid, guard in self._data_guards.items():
+                if guard.bound:
+                    guard.reset(now, f"{left} file descriptors left (collector {cid}'s data endpoint)")
+                    self._shed.add(cid)
+        elif self._shed and left >= FDS_SPARE // 2:
+            for cid in list(self._shed):
+                guard = self._data_guards.get(cid)
+                if guard is not None:
+                    guard.check(now)
+                if guard is None or guard.bound:
+                    self._shed.discard(cid)
 
     # ------------------------------------------------------------------ HELLO -> WELCOME
     def drain(self, open_count: int, reject: Reject, admit: Callable[[CollectorState], None]) -> int:
@@ -256,11 +297,19 @@ class Registrar:
         if self.guard is not None and self.guard.short():  # its socket and listener would likely fail: not tried
             self._refuse_short_of_files(identity, reject)
             return False
+        own = (self.own_pids is not None and (peer == "" or _is_loopback(peer))
+               and hello["pid"] in self.own_pids())
+        refusal = ""
         if open_count >= self.max_open:
-            reject("too_many_collectors", "")
-            refusal = {"refused": f"the head has {open_count} open registrations (the limit); "
-                                  f"retry after some collectors leave"}
-            self._send(identity, encode_json(WELCOME, refusal))
+            refusal = f"the head has {open_count} open registrations (the limit)"
+        elif not own and len(self._others) >= self.max_open - self.reserved:
+            refusal = (f"the head has {len(self._others)} open registrations of collectors it did not start (the "
+                       f"limit; {self.reserved} are kept for its own)")
+        elif not own and self._per_address[peer] >= MAX_PER_ADDRESS:
+            refusal = f"the head has {MAX_PER_ADDRESS} open registrations from this address (the limit per address)"
+        if refusal:
+            reject("too_many_collectors", refusal)
+            self._send(identity, encode_json(WELCOME, {"refused": f"{refusal}; retry after some collectors leave"}))
             return False
         try:
             state, reply = self._register(hello, peer)
@@ -273,6 +322,9 @@ class Registrar:
             self._welcomes[nonce] = (reply, identity, state)
             while len(self._welcomes) > WELCOME_CACHE:
                 self._welcomes.popitem(last=False)
+        if not own:
+            self._others[state.collector_id] = peer
+            self._per_address[peer] += 1
         admit(state)
         self._send(identity, reply)
         return True
@@ -307,14 +359,21 @@ class Registrar:
                 endpoint = self._bind(sock, f"ipc://{os.path.join(self.ipc_dir, f'c{cid}.ipc')}")
             else:
                 endpoint = self._bind(sock, f"tcp://{t.bind}:0")
+                if self._probe >= 0:
+                    self._data_guards[cid] = ListenerGuard(sock, endpoint, probe=self._probe)
         except BaseException:
             sock.close(linger=0)
             raise
         slot = hello["slot"]
-        if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own, never reused
-            # after the local collectors' slots; from slot 0 when there are none (--collectors 0)
-            slot = (self.num_collectors if self.collectors.count > 0 else 0) + self._extra_slots
-            self._extra_slots += 1
+        if not 0 <= slot < self.num_collectors:  # remote (or unslotted): a slot of its own while it is registered
+            # after the local collectors' slots, from slot 0 when there are none (--collectors 0); the lowest one
+            # a released registration freed first, so slots (and epsilons) stay within the open registrations
+            if self._free_extra:
+                slot = heapq.heappop(self._free_extra)
+            else:
+                slot = (self.num_collectors if self.collectors.count > 0 else 0) + self._extra_slots
+                self._extra_slots += 1
+            self._extra_of[cid] = slot
         epsilons = self._epsilons(slot)
         eps = min(epsilons)  # the slot's least-exploring stream: what "the greedy slot" is chosen by
         token = b"c" + secrets.token_bytes(16)  # a routing id must not start with a zero byte
@@ -342,8 +401,21 @@ class Registrar:
 
     # ------------------------------------------------------------------ teardown
     def release(self, state: CollectorState) -> None:
-        """Free a reclaimed registration: its socket, ipc file and cached WELCOME."""
+        """Free a reclaimed registration: its socket, ipc file, cached WELCOME, extra slot and quota
+        (idempotent)."""
         state.sock.close(linger=0)
+        guard = self._data_guards.pop(state.collector_id, None)
+        if guard is not None:
+            guard.close()
+        self._shed.discard(state.collector_id)
+        peer = self._others.pop(state.collector_id, None)
+        if peer is not None:
+            self._per_address[peer] -= 1
+            if self._per_address[peer] <= 0:
+                del self._per_address[peer]
+        slot = self._extra_of.pop(state.collector_id, None)
+        if slot is not None:
+            heapq.heappush(self._free_extra, slot)
         if state.endpoint.startswith("ipc://"):
             try:
                 os.unlink(state.endpoint[len("ipc://"):])
@@ -359,6 +431,12 @@ class Registrar:
             self.control.close(linger=0)
         if self.guard is not None:
             self.guard.close()
+        for guard in self._data_guards.values():
+            guard.close()
+        self._data_guards.clear()
+        if self._probe >= 0:
+            os.close(self._probe)
+            self._probe = -1
         if self.ipc_dir:
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
         if self.auth is not None:

@@ -149,12 +149,15 @@ class Head:
         # after a resume or a starting network is accepted: a refused one leaves the run's record of how it was
         # trained as it was
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
-        obs_spec = ObsSpec.of(spec)  # what the data plane checks chunks against
+        # what the data plane checks chunks and summaries against (make_env truncates at env.max_episode_steps)
+        obs_spec = ObsSpec.of(spec, max_episode_steps=cfg.env.max_episode_steps)
         registrar = Registrar(
             obs_spec, {"local": local_weights, "remote": remote_weights,
                        **({"inproc": self.publisher.endpoints[-1]} if self.inprocess else {})},
             self.ctx, transport=t, collectors=cfg.collectors, replay=cfg.replay, welcome_config=cfg.to_dict(),
             num_collectors=max(1, cfg.collectors.count),
+            # room is kept for the collector processes the supervisor started (their HELLOs come over loopback)
+            own_pids=lambda: self.supervisor.pids() if hasattr(self, "supervisor") else (),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
         )
         self._parts.append(registrar)

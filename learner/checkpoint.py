@@ -18,7 +18,8 @@ Layout of ``run_dir/checkpoint/`` (only the latest is kept):
 Atomicity: everything is written into ``run_dir/.checkpoint.tmp-<pid>`` and fsynced; then
 the old ``checkpoint/`` is renamed to ``checkpoint.old``, the temp dir to ``checkpoint/``,
 and ``checkpoint.old`` removed. A crash between the two renames leaves ``checkpoint.old``,
-which `find_checkpoint` falls back to. A writer killed mid-save leaves its temp dir (with a replay,
+which `find_checkpoint` falls back to. A ``checkpoint`` that is a symlink (to another disk) stays
+one: the temp dir, the swap and the ``.old`` folder are beside the folder it points to (`swap_paths`). A writer killed mid-save leaves its temp dir (with a replay,
 hundreds of MB): each save removes the temp dirs of writers that no longer run (a live pid's is kept,
 whoever it is). Reading uses ``torch.load(weights_only=True)``: only
 tensors and plain containers, never code. Every failure is a `CheckpointError` naming the
@@ -188,8 +189,12 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
         raise CheckpointError(f"{run / DIR_NAME}: not written, non-finite optimizer state in {bad} "
                               f"(the previous checkpoint is kept)")
     run.mkdir(parents=True, exist_ok=True)
+    final, old = swap_paths(run)
+    final.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_writers_temps(run)
-    tmp = run / f"{TMP_PREFIX}{os.getpid()}"
+    if final.parent != run:
+        remove_dead_writers_temps(final.parent)
+    tmp = final.parent / f"{TMP_PREFIX}{os.getpid()}"  # beside the folder it replaces: the rename stays on its disk
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -226,15 +231,25 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    final, old = run / DIR_NAME, run / OLD_NAME
     if old.exists():
         shutil.rmtree(old)
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(run)
+    _fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
-    return final
+    return run / DIR_NAME
+
+
+def swap_paths(run: Path) -> tuple[Path, Path]:
+    """(the folder a save replaces, where the previous one waits meanwhile): run/checkpoint and
+    run/checkpoint.old; when run/checkpoint is a symlink (the checkpoint on another disk, say), the folder it
+    points to and its `.old` sibling, so the link stays and every rename stays on the target's file system."""
+    link = run / DIR_NAME
+    if not link.is_symlink():
+        return link, run / OLD_NAME
+    target = Path(os.path.realpath(link))  # also of a dangling link: where the folder goes
+    return target, target.with_name(target.name + ".old")
 
 
 def remove_dead_writers_temps(run: Path) -> list[Path]:
@@ -256,9 +271,9 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     p = Path(path)
     if (p / "meta.json").is_file():
         return p
-    for name in (DIR_NAME, OLD_NAME):
-        if (p / name / "meta.json").is_file():
-            return p / name
+    for candidate in (p / DIR_NAME, p / OLD_NAME, *swap_paths(p)):
+        if (candidate / "meta.json").is_file():
+            return candidate
     raise CheckpointError(f"{p}: no checkpoint found (expected {p / DIR_NAME / 'meta.json'})")
 
 

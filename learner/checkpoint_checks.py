@@ -19,6 +19,16 @@ import torch
 
 from shared.values import is_finite_number, is_int
 
+# A counter (env steps, updates, samples, ...) is a count: an integer a float64, a JSON reader and an int64
+# all hold exactly. -5 or 1e300 are finite numbers no run can reach (they ended a resume in a traceback).
+MAX_COUNTER = 2**53
+COUNT_ALLOWED = "a count (an integer in [0, 2**53])"
+
+
+def is_count(value: Any) -> bool:
+    """A checkpoint counter's value: an int (not a bool) in [0, MAX_COUNTER]."""
+    return is_int(value) and 0 <= value <= MAX_COUNTER
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt, or does not match this learner; the message says which file/key."""
@@ -96,8 +106,8 @@ def check_meta(meta: Any, meta_path: Path, format_version: int, torch_files: tup
     if not isinstance(counters, dict):
         bad("counters", counters, "an object of counter name -> number")
     for key, value in counters.items():
-        if not is_finite_number(value):
-            bad(f"counters.{key}", value, "a finite number")
+        if not is_count(value):
+            bad(f"counters.{key}", value, COUNT_ALLOWED)
     files = meta["files"]
     if not isinstance(files, dict):
         bad("files", files, "an object of file name -> {bytes, sha256}")
@@ -239,7 +249,7 @@ def check_learner_state(state: Any, online: Mapping[str, torch.Tensor], target: 
     c = state["counters"]
     if not isinstance(c, Mapping):
         raise CheckpointError(f"{where}: counters is not a dict")
-    bad_counter = next((k for k, v in c.items()
-                        if not is_finite_number(v)), None)
+    bad_counter = next((k for k, v in c.items() if not is_count(v)), None)
     if bad_counter is not None:
-        raise CheckpointError(f"{where}: counters[{bad_counter!r}] is not a finite number")
+        raise CheckpointError(f"{where}: counters[{bad_counter!r}]={_short(c[bad_counter])} is invalid: "
+                              f"allowed {COUNT_ALLOWED}")

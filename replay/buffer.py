@@ -34,12 +34,13 @@ from replay.chunk_plan import max_chunk_frames
 from replay.sampler import SegmentReader, generator_from_state
 from replay.storage import FrameStorage, resolve_storage_device
 from replay.sum_tree import ReplayInvariantError
-from replay.value_bounds import ValueBounds, check_values
+from replay.value_bounds import ValueBounds, check_ints, check_values
 from replay.writer import SegmentWriter
 from shared import env_bounds
 from shared.batch import SampleBatch
 from shared.chunk import NO_ACTION, TransitionChunk
 from shared.env_spec import EnvSpec
+from shared.values import is_int
 
 __all__ = ["ReplayBuffer", "ReplayInvariantError"]
 
@@ -78,7 +79,7 @@ class ReplayBuffer:
         bounds: those of `spec` (the run's EnvSpec; None: cfg.env's, derived without the env's declared
         observation space) and the learner's |TD| cap."""
         if spec is not None:
-            bounds = ValueBounds.of_head(spec.max_abs_obs, spec.max_abs_reward)
+            bounds = ValueBounds.of_head(spec.max_abs_obs, spec.max_abs_reward, spec.num_actions)
         else:
             bounds = ValueBounds.of_head(env_bounds.max_abs_obs(cfg.env), env_bounds.max_abs_reward(cfg.env))
         r = cfg.replay
@@ -220,6 +221,7 @@ class ReplayBuffer:
                      max_abs=bounds.max_leaf(self.prioritized, self.alpha, self.priority_eps),
                      why=f" ((|TD| cap + priority_eps) ** alpha {self.alpha:g})" if self.prioritized else
                      " (uniform mode)")
+        counters = _check_indices(path, state, meta, seg_abs, self.capacity, bounds.num_actions)
         for i in range(0, self.capacity, block):
             self.storage.frames[i : i + block].copy_(torch.from_numpy(np.array(frames[i : i + block])))
         for name, arr in self.storage.metadata_arrays().items():
@@ -230,9 +232,9 @@ class ReplayBuffer:
         reader.count = int(np.count_nonzero(reader.tree.leaves()))
         if rng is not None:
             reader.rng = rng
-        writer.cursor, writer.abs_cursor = int(state["cursor"]), int(state["abs_cursor"])
+        writer.cursor, writer.abs_cursor = counters["cursor"], counters["abs_cursor"]
         writer.claimed_end = writer.abs_cursor
-        writer.transitions_added, writer.frames_stored = int(state["transitions_added"]), int(state["frames_stored"])
+        writer.transitions_added, writer.frames_stored = counters["transitions_added"], counters["frames_stored"]
         writer.live_starts[...] = reader.tree.leaves() > 0
         writer.live_transitions = reader.count
         self.check_valid()
@@ -248,6 +250,40 @@ def _load_exact(path: Path, like: np.ndarray) -> np.ndarray:
     if arr.shape != like.shape or arr.dtype != like.dtype:
         raise ValueError(f"{path} has shape {arr.shape} {arr.dtype}; expected {like.shape} {like.dtype}")
     return arr
+
+
+def _check_indices(path: Path, state: dict, meta: dict[str, np.ndarray], seg_abs: np.ndarray, capacity: int,
+                   num_actions: int | None) -> dict[str, int]:
+    """The integer parts of a save hold what the writer can produce, slot by slot (live or not: a dead
+    slot's seg_end steers a later overwrite): actions -1 or 0 .. num_actions - 1, boots and floors ring
+    slots, a segment end -1 or past its slot and at most the capacity, a segment start -1 or before the
+    write cursor; and state.json's cursors and counts non-negative integers the ring can hold. Returns
+    the counts, read once. ValueError naming the file and slot (or key)."""
+    counters: dict[str, int] = {}
+    for key, high in (("cursor", capacity), ("abs_cursor", None), ("transitions_added", None),
+                      ("frames_stored", capacity)):
+        value = state.get(key)
+        if not is_int(value) or value < 0 or (high is not None and value > high):
+            raise ValueError(f"{path / 'state.json'}: {key}={value!r} is invalid: allowed an integer in "
+                             f"[0, {'any' if high is None else high}]; refusing to restore it")
+        counters[key] = int(value)
+    most = np.iinfo(np.int32).max if num_actions is None else int(num_actions) - 1
+    check_ints(path / "action.npy", meta["action"], low=0, high=most, also=NO_ACTION,
+               allowed=f"{NO_ACTION} (no action) or 0 .. {most}"
+               + ("" if num_actions is None else f" (the env's {num_actions} actions)"))
+    for name in ("boot", "floor"):
+        check_ints(path / f"{name}.npy", meta[name], low=0, high=capacity - 1,
+                   allowed=f"a ring slot 0 .. {capacity - 1}")
+    check_ints(path / "seg_end.npy", meta["seg_end"], low=1, high=capacity, also=-1,
+               allowed=f"-1 (no segment) or a slot's segment end, past the slot and <= {capacity}")
+    past_slot = meta["seg_end"] > np.arange(capacity)
+    if not np.all(past_slot | (meta["seg_end"] == -1)):
+        slot = int(np.flatnonzero(~past_slot & (meta["seg_end"] != -1))[0])
+        raise ValueError(f"{path / 'seg_end.npy'}: slot {slot} holds {int(meta['seg_end'][slot])}, a segment "
+                         f"ending at or before its own slot; refusing to restore it")
+    check_ints(path / "seg_abs.npy", seg_abs, low=0, high=counters["abs_cursor"] - 1, also=-1,
+               allowed=f"-1 (no segment) or a segment start before the write cursor {counters['abs_cursor']}")
+    return counters
 
 
 def _fail(msg: str) -> None:

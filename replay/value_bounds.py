@@ -33,13 +33,15 @@ class ValueBounds:
     max_abs_obs: float | None = None  # float frames only; integer frames cannot hold a huge value
     max_abs_reward: float = MAX_ABS_REWARD  # per step, as stored (after env.reward_scale)
     max_priority_td: float | None = None  # the largest |TD| that becomes a priority
+    num_actions: int | None = None  # actions 0 .. num_actions - 1 (None: any action >= 0)
 
     @classmethod
-    def of_head(cls, max_abs_obs: float, max_abs_reward: float) -> ValueBounds:
-        """The head's bounds: the wire's obs_out_of_range / reward_out_of_range limits (the run's EnvSpec,
-        shared/env_bounds.py) and the learner's |TD| cap (ingest clips collectors' priorities below it)."""
+    def of_head(cls, max_abs_obs: float, max_abs_reward: float, num_actions: int | None = None) -> ValueBounds:
+        """The head's bounds: the wire's obs_out_of_range / reward_out_of_range / action_range limits (the
+        run's EnvSpec, shared/env_bounds.py) and the learner's |TD| cap (ingest clips collectors'
+        priorities below it)."""
         return cls(max_abs_obs=float(max_abs_obs), max_abs_reward=float(max_abs_reward),
-                   max_priority_td=MAX_PRIORITY_TD)
+                   max_priority_td=MAX_PRIORITY_TD, num_actions=None if num_actions is None else int(num_actions))
 
     def max_abs_return(self, n_step: int, gamma: float) -> float:
         """The largest |n-step return| rewards within max_abs_reward can sum to: sum_{k<n} gamma^k of it."""
@@ -72,4 +74,18 @@ def check_values(path: Path, arr: np.ndarray, *, low: float | None = None, high:
         allowed = ("finite" + ("" if low is None else f", >= {low}") + ("" if high is None else f", <= {high}")
                    + ("" if max_abs is None else f", |x| <= {max_abs:g}{why}"))
         raise ValueError(f"{path}: slot {first_slot + slot} holds {value:.6g} ({int(bad.sum())} bad values in all); "
+                         f"allowed {allowed}; refusing to restore it")
+
+
+def check_ints(path: Path, arr: np.ndarray, *, low: int, high: int | np.ndarray, allowed: str,
+               also: int | None = None) -> None:
+    """ValueError naming `path` and the first slot of an integer array whose value lies outside
+    [low, high] (`high` may be per slot) and is not `also`; `allowed` says in words what may be there.
+    An index a restore admits unchecked is an IndexError (or a wrong gather) on the first batch drawn."""
+    bad = (arr < low) | (arr > high)
+    if also is not None:
+        bad &= arr != also
+    if bad.any():
+        slot = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{path}: slot {slot} holds {int(arr[slot])} ({int(bad.sum())} bad values in all); "
                          f"allowed {allowed}; refusing to restore it")

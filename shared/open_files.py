@@ -6,7 +6,8 @@ accept() at once, in a loop, for as long as connections wait in the backlog: a c
 own files (TensorBoard, checkpoints, a new registration's socket) fail meanwhile. `ListenerGuard` watches
 how many descriptors are left and, when fewer than `FDS_SPARE` are, closes every connection of one TCP
 endpoint (unbind, then bind it again once descriptors are back): the head guards its control endpoint
-(registered collectors no longer use it) and its weights endpoint (collectors reconnect by themselves).
+(registered collectors no longer use it), its weights endpoint and every collector's TCP data endpoint
+(collectors reconnect by themselves, to the same port).
 
 Two libzmq calls abort the whole process at the open-file limit instead of failing: a TCP bind (its
 address resolution asserts that getifaddrs() succeeded) and an ipc accept() (EMFILE is missing from the
@@ -91,10 +92,12 @@ class ListenerGuard:
     """Resets the TCP endpoint `endpoint` of `sock` when the process is short of descriptors; owned by the
     thread that owns `sock` (check() uses it), which calls check() every turn of its loop (a few syscalls)."""
 
-    def __init__(self, sock: zmq.Socket, endpoint: str) -> None:
+    def __init__(self, sock: zmq.Socket, endpoint: str, probe: int | None = None) -> None:
+        """`probe`: a descriptor to count with (the caller's, kept open by it); None: one of its own."""
         self._sock = sock
         self._endpoint = endpoint  # as libzmq names it (LAST_ENDPOINT): unbind() finds it without resolving
-        self._probe = os.open(os.devnull, os.O_RDONLY)
+        self._own_probe = probe is None
+        self._probe = os.open(os.devnull, os.O_RDONLY) if probe is None else probe
         self._bound = True
         self._quiet_until = 0.0
         self.resets = 0
@@ -133,6 +136,6 @@ class ListenerGuard:
         return self._bound
 
     def close(self) -> None:
-        if self._probe >= 0:
+        if self._probe >= 0 and self._own_probe:
             os.close(self._probe)
-            self._probe = -1
+        self._probe = -1

@@ -120,12 +120,14 @@ class ObsSpec:
     max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
     max_abs_obs: float = DEFAULT_MAX_ABS_OBS
     reward_scale: float = 1.0
+    max_episode_steps: int | None = None  # the env's time limit: no EPISODE_SUMMARY is longer (None: unbounded)
 
     @classmethod
-    def of(cls, env: EnvSpec, max_streams: int = MAX_STREAMS) -> ObsSpec:
-        """What the head expects of chunks for a run on `env`."""
+    def of(cls, env: EnvSpec, max_streams: int = MAX_STREAMS, max_episode_steps: int | None = None) -> ObsSpec:
+        """What the head expects of chunks for a run on `env` (whose episodes env.max_episode_steps truncates)."""
         return cls(env.obs_shape, env.obs_dtype, env.num_actions, max_streams=max_streams,
-                   max_abs_reward=env.max_abs_reward, max_abs_obs=env.max_abs_obs, reward_scale=env.reward_scale)
+                   max_abs_reward=env.max_abs_reward, max_abs_obs=env.max_abs_obs, reward_scale=env.reward_scale,
+                   max_episode_steps=max_episode_steps)
 
     @property
     def frame_bytes(self) -> int:

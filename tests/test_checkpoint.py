@@ -199,6 +199,34 @@ def test_atomic_replace_keeps_latest_and_recovers_old(tmp_path) -> None:
         learner.close()
 
 
+def test_a_symlinked_checkpoint_folder_keeps_checkpointing(tmp_path) -> None:
+    """run/checkpoint a symlink to a folder elsewhere (another disk): every save replaces the folder it points
+    to, the link stays, and nothing is left behind. The swap used to rename the link itself: the second save
+    failed on the leftover checkpoint.old link and left a .checkpoint.tmp-<pid>/."""
+    run, elsewhere = tmp_path / "run", tmp_path / "disk" / "ckpt"
+    elsewhere.mkdir(parents=True)
+    run.mkdir()
+    (run / "checkpoint").symlink_to(elsewhere, target_is_directory=True)
+    learner = make_learner()
+    try:
+        for updates in (1, 2, 3):
+            learner.run_updates(1)
+            learner.save_checkpoint(run)
+            assert (run / "checkpoint").is_symlink() and (run / "checkpoint").resolve() == elsewhere.resolve()
+            assert json.loads((elsewhere / "meta.json").read_text())["counters"]["updates"] == updates
+            assert sorted(p.name for p in run.iterdir()) == ["checkpoint"]
+            assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["ckpt"]
+        assert learner.load_checkpoint(run)["updates"] == 3
+        # a crash between the two renames leaves only the target's .old sibling: still found through the link
+        elsewhere.rename(elsewhere.with_name("ckpt.old"))
+        assert find_checkpoint(run) == elsewhere.with_name("ckpt.old")
+        assert learner.load_checkpoint(run)["updates"] == 3
+        learner.save_checkpoint(run)  # and the next save puts the folder back where the link points
+        assert (elsewhere / "meta.json").is_file() and not elsewhere.with_name("ckpt.old").exists()
+    finally:
+        learner.close()
+
+
 def test_a_save_removes_the_temp_dirs_of_writers_that_no_longer_run(tmp_path) -> None:
     import os
     import subprocess
@@ -371,9 +399,14 @@ CORRUPTIONS = {
     "geometry a list": (_edit_meta(lambda m: m.update(geometry=[1, 2])), r"geometry=\[1, 2\] is invalid: allowed an"),
     "counters a list": (_edit_meta(lambda m: m.update(counters=[5])), r"counters=\[5\] is invalid"),
     "counter a string": (_edit_meta(lambda m: m["counters"].update(updates="5")),
-                         r"counters\.updates='5' is invalid: allowed a finite number"),
+                         r"counters\.updates='5' is invalid: allowed a count"),
     "counter a bool": (_edit_meta(lambda m: m["counters"].update(samples=True)), r"counters\.samples=True is invalid"),
     "counter NaN": (_edit_meta(lambda m: m["counters"].update(updates=float("nan"))), r"counters\.updates=nan"),
+    "counter negative": (_edit_meta(lambda m: m["counters"].update(updates=-5)),
+                         r"counters\.updates=-5 is invalid: allowed a count \(an integer in \[0, 2\*\*53\]\)"),
+    "counter 1e300": (_edit_meta(lambda m: m["counters"].update(env_steps=1e300)), r"counters\.env_steps=1e\+300"),
+    "counter fractional": (_edit_meta(lambda m: m["counters"].update(samples=2.5)), r"counters\.samples=2\.5"),
+    "counter past 2**53": (_edit_meta(lambda m: m["counters"].update(broadcasts=2**60)), r"counters\.broadcasts="),
     "files a list": (_edit_meta(lambda m: m.update(files=["model.pt"])), r"files=\['model\.pt'\] is invalid"),
     "files entry a string": (_edit_meta(lambda m: m["files"].update({"model.pt": "abc"})),
                              r"files\['model\.pt'\]='abc' is invalid: allowed an object"),
@@ -462,7 +495,8 @@ def _vector_learner(seed: int | None = 0, bounds=None):
     from replay.buffer import ReplayBuffer
     from replay.value_bounds import ValueBounds
 
-    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed, bounds=bounds or ValueBounds())
+    buf = ReplayBuffer(128, VEC_OBS, np.float32, VEC_STACK, 3, 0.97, seed=seed,
+                       bounds=bounds or ValueBounds(num_actions=VEC_ACTIONS))
     cfg = small_config(batch_size=8)
     return learner_of(cfg, EnvSpec(VEC_OBS, np.float32, VEC_ACTIONS, VEC_STACK), buf, "cpu"), buf
 
@@ -539,6 +573,30 @@ REPLAY_CONTENTS = {
         r"replay/state\.json: sampler_rng=.* is invalid \(does not read back unchanged\)"),
     "sampler_rng a string": (lambda c: _edit_replay_state(c, lambda s: s.update(sampler_rng="PCG64")),
                              r"replay/state\.json: sampler_rng='PCG64' is invalid"),
+    # indices: an action the network has no output for was resumed and crashed the loss on the first batch
+    "action out of range": (lambda c: _edit_npy(c, "replay/action.npy", lambda a: _set_live(a, VEC_ACTIONS + 5)),
+                            r"replay/action\.npy: slot 1 holds 7 \(1 bad values in all\); allowed -1 \(no action\) "
+                            r"or 0 \.\. 1 \(the env's 2 actions\); refusing to restore it$"),
+    "negative action": (lambda c: _edit_npy(c, "replay/action.npy", lambda a: _set_live(a, -5)),
+                        r"replay/action\.npy: slot 1 holds -5"),
+    "action out of range in a free slot": (
+        lambda c: _edit_npy(c, "replay/action.npy", lambda a: a.__setitem__(-1, 9)), r"replay/action\.npy: slot 127 holds 9"),
+    "boot beyond the ring": (lambda c: _edit_npy(c, "replay/boot.npy", lambda a: a.__setitem__(-1, 10**6)),
+                             r"replay/boot\.npy: slot 127 holds 1000000 .*allowed a ring slot 0 \.\. 127"),
+    "negative floor": (lambda c: _edit_npy(c, "replay/floor.npy", lambda a: _set_live(a, -3)),
+                       r"replay/floor\.npy: slot 1 holds -3"),
+    "segment end past the ring": (lambda c: _edit_npy(c, "replay/seg_end.npy", lambda a: a.__setitem__(-1, 5000)),
+                                  r"replay/seg_end\.npy: slot 127 holds 5000"),
+    "segment end before its slot": (lambda c: _edit_npy(c, "replay/seg_end.npy", lambda a: _set_live(a, 1)),
+                                    r"replay/seg_end\.npy: slot 1 holds 1, a segment ending at or before its own slot"),
+    "segment start past the cursor": (lambda c: _edit_npy(c, "replay/seg_abs.npy", lambda a: _set_live(a, 10**9)),
+                                      r"replay/seg_abs\.npy: slot 1 holds 1000000000 .*before the write cursor"),
+    "cursor a string": (lambda c: _edit_replay_state(c, lambda s: s.update(cursor="5")),
+                        r"replay/state\.json: cursor='5' is invalid: allowed an integer in \[0, 128\]"),
+    "abs_cursor negative": (lambda c: _edit_replay_state(c, lambda s: s.update(abs_cursor=-5)),
+                            r"replay/state\.json: abs_cursor=-5 is invalid"),
+    "transitions_added huge float": (lambda c: _edit_replay_state(c, lambda s: s.update(transitions_added=1e300)),
+                                     r"replay/state\.json: transitions_added=1e\+300 is invalid"),
 }
 
 
@@ -647,6 +705,23 @@ def test_the_uncorrupted_replay_checkpoint_resumes_with_its_sampler_stream(repla
 def _resume_with_a_frame_of(value: float, tmp_path):
     """`python -m launcher --resume` of a CartPole run whose replay/frames.npy holds `value` at slot 17
     (sha256 updated to match); returns the finished process and the checkpoint's path."""
+    return _resume_with_an_edit("replay/frames.npy", lambda a: a.__setitem__((17, 3), value), tmp_path)
+
+
+def _resume_with_an_edit(name: str, edit, tmp_path):
+    """`python -m launcher --resume` of a CartPole run whose checkpoint file `name` (a .npy of the replay)
+    went through `edit` (sha256 updated to match); returns the finished process and the checkpoint's path."""
+
+    def corrupt(ckpt) -> None:
+        _edit_npy(ckpt, name, edit)
+        load_checkpoint(ckpt, verify_replay=True)  # every sha256 matches: only the values are wrong
+
+    return _resume_after(corrupt, tmp_path)
+
+
+def _resume_after(corrupt, tmp_path):
+    """`python -m launcher --resume` of a CartPole run (with its replay) whose checkpoint dir went through
+    `corrupt`; returns the finished process and the checkpoint's path."""
     import subprocess
     import sys
 
@@ -671,13 +746,13 @@ def _resume_with_a_frame_of(value: float, tmp_path):
             buf.add_chunk(TransitionChunk(
                 stream, 0, data.normal(size=(steps + 1, *spec.obs_shape)).astype(spec.obs_dtype),
                 np.append(data.integers(0, spec.num_actions, steps), NO_ACTION).astype(np.int32),
-                np.ones(steps + 1, dtype=np.float32), marks, np.ones(steps + 1, dtype=np.float32)))
+                np.full(steps + 1, spec.max_abs_reward, dtype=np.float32), marks,
+                np.ones(steps + 1, dtype=np.float32)))
         learner.run_updates(1)
         ckpt = learner.save_checkpoint(run, replay=buf)
     finally:
         learner.close()
-    _edit_npy(ckpt, "replay/frames.npy", lambda a: a.__setitem__((17, 3), value))
-    load_checkpoint(run, verify_replay=True)  # every sha256 matches: only the values are wrong
+    corrupt(ckpt)
     proc = subprocess.run([sys.executable, "-m", "launcher", *flags, "--run-dir", str(tmp_path / "run2"),
                            "--resume", str(run)], cwd=ROOT, env=head_env(), capture_output=True, text=True,
                           timeout=300)
@@ -694,6 +769,31 @@ def test_resuming_from_frames_holding_a_nan_exits_2_naming_the_file(tmp_path) ->
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
     assert f"{ckpt / 'replay' / 'frames.npy'}: slot 17 holds nan" in errors[0], errors[0]
+
+
+def test_resuming_from_an_action_the_env_does_not_have_exits_2_naming_the_file(tmp_path) -> None:
+    """An action of 7 on CartPole (2 actions) in replay/action.npy, sha256 updated: it used to resume and
+    crash dqn_loss a few seconds later with an index error (rc 1, a traceback), saving the bad value again
+    on the way, so every later resume crashed too."""
+    proc, ckpt = _resume_with_an_edit("replay/action.npy", lambda a: a.__setitem__(17, 7), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'replay' / 'action.npy'}: slot 17 holds 7" in errors[0], errors[0]
+    assert "(the env's 2 actions)" in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("counter, value", [("updates", -5), ("env_steps", 1e300)])
+def test_resuming_from_an_impossible_counter_exits_2_naming_it(counter, value, tmp_path) -> None:
+    """meta.json's counters are counts: `updates=-5` or `env_steps=1e300` (both finite numbers) used to pass
+    the checks and end the resumed run with rc 1 and a traceback."""
+    proc, ckpt = _resume_after(_edit_meta(lambda m: m["counters"].update({counter: value})), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line or line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert f"{ckpt / 'meta.json'}: counters.{counter}={value!r} is invalid: allowed a count" in errors[0], errors[0]
 
 
 def test_resuming_from_frames_beyond_the_envs_bound_exits_2_naming_the_bound(tmp_path) -> None:

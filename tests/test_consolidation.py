@@ -21,7 +21,7 @@ import shared.fake_env  # noqa: F401
 from actors.client import RegistrationError, register
 from actors.stream import StreamRecorder
 from bench.attack import hello
-from ingest.consolidation import PARKED_WITHOUT_CREDITS, ConsolidationThread
+from ingest.consolidation import MAX_SEQ_JUMP, PARKED_WITHOUT_CREDITS, ConsolidationThread
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar, collector_config
 from shared import env_bounds
@@ -140,7 +140,8 @@ class Head:
         self.ctx = zmq.Context()
         self.config = config or small_config()
         c = self.config
-        spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env))  # the head's, as ObsSpec.of gives it
+        spec = replace(SPEC, max_abs_reward=env_bounds.max_abs_reward(c.env),  # the head's, as ObsSpec.of gives it
+                       max_episode_steps=c.env.max_episode_steps)
         registrar = make_registrar(self.ctx, c, "tcp://127.0.0.1:0", spec, {"local": "inproc://w", "remote": "inproc://w"})
         self.thread = ConsolidationThread(replay, spec, registrar, transport=c.transport,
                                           collectors=c.collectors, episode_window=c.logging.episode_window,
@@ -336,6 +337,31 @@ def test_a_checkpoint_pauses_writes_but_not_the_thread(head: Head) -> None:
     assert wait_for(lambda: head.thread.stats().chunks == 1 and head.thread.stats().parked == 0, 10, 0.005)
 
 
+@pytest.mark.parametrize("cap", [36, 37])
+def test_an_episode_longer_than_the_envs_time_limit_is_not_counted(cap: int) -> None:
+    """A summary is held to env.max_episode_steps as its return is to the reward bound: a 37-step episode
+    (its transitions inserted, its summary matching them) where the env truncates at 36 steps is refused as
+    episode_out_of_range and never reaches the episode statistics (a fabricated 600-step CartPole episode
+    counted where the env caps at 500: ret20 20 -> 310); at a cap of 37 it counts."""
+    config = small_config()
+    h = Head(make_replay(), config=replace(config, env=replace(config.env, max_episode_steps=cap)))
+    try:
+        chunks, summaries = counting_stream(5)
+        assert summaries[0].length == 37
+        for chunk in chunks:
+            h.send(P.encode_chunk(chunk, h.cid, h.next_seq(), 5))
+        h.send(P.encode_episode(summaries[0], h.cid, h.next_seq(), 5))
+        h.send(P.encode_simple(P.HEARTBEAT, h.cid, h.next_seq(), 5))
+        assert wait_for(lambda: h.thread.stats().heartbeats == 1 and h.thread.stats().chunks == len(chunks), 10, 0.005)
+        s = h.thread.stats()
+        if cap < 37:
+            assert s.episodes == 0 and s.rejected_by_reason == {"episode_out_of_range": 1}, s.rejected_by_reason
+        else:
+            assert s.episodes == 1 and s.rejected_by_reason == {}, s.rejected_by_reason
+    finally:
+        h.close()
+
+
 def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> None:
     """A forged summary (no transitions behind it) never reaches the episode statistics."""
     send = head.send
@@ -365,13 +391,34 @@ def test_episode_summaries_count_only_once_their_steps_arrived(head: Head) -> No
 
 
 def test_sequence_duplicates_rejected_gaps_counted(head: Head) -> None:
-    chunks = counting_chunks(4)
+    """A duplicate is stale (also of a jump not yet followed); a gap counts once the message after it
+    continues from there."""
+    chunks = counting_chunks(5)
     before = head.handled()
-    for chunk, seq in zip(chunks, (1, 1, 3, 2), strict=True):
+    for chunk, seq in zip(chunks, (1, 1, 3, 3, 4), strict=True):
         head.send(P.encode_chunk(chunk, head.cid, seq, 0))
-    head.wait_handled(before, 4)
+    head.wait_handled(before, 5)
     s = head.thread.stats()
-    assert s.chunks == 2 and s.rejected_by_reason == {"stale_seq": 2} and s.gaps == 1
+    assert s.chunks == 3 and s.rejected_by_reason == {"stale_seq": 2} and s.gaps == 1
+
+
+def test_one_message_at_the_largest_jump_cannot_make_the_owners_messages_stale(head: Head) -> None:
+    """With a sniffed token (a plaintext WELCOME), one HEARTBEAT with seq exactly 2**20 sent before the owner's
+    first message made the owner's next messages stale_seq. A jump moves the sequence only once the next
+    message continues it; the owner's own sequence continues from where it was, and its credits with it."""
+    before = head.handled()
+    head.send(P.encode_simple(P.HEARTBEAT, head.cid, MAX_SEQ_JUMP, 5))  # the forged one
+    for _ in range(13):
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+    head.wait_handled(before, 14)
+    s = head.thread.stats()
+    assert s.rejected_by_reason == {} and s.heartbeats == 14 and s.gaps == 0, s.rejected_by_reason
+    state = head.thread.collectors[head.cid]
+    assert state.last_seq == 13 and state.credit_seq() == 13  # the forged 2**20 acknowledges nothing
+    chunk = counting_chunks(1)[0]
+    head.send(P.encode_chunk(chunk, head.cid, head.next_seq(), 5))
+    head.wait_handled(before + 14, 1)
+    assert head.thread.stats().chunks == 1
 
 
 def test_future_weights_wrong_collector_and_replay_refusal() -> None:
@@ -860,3 +907,126 @@ def test_the_welcome_carries_what_a_collector_reads_and_no_path_of_the_head(tmp_
     finally:
         dealer.close(0)
         head.close()
+
+
+class _Control:
+    """A Registrar driven from the test's thread: raw HELLOs in, its drain called until each is answered."""
+
+    def __init__(self, ctx: zmq.Context, registrar: Registrar) -> None:
+        self.ctx, self.registrar, self.open, self.n = ctx, registrar, [], 0
+
+    def hello(self, pid: int, slot: int = -1) -> dict:
+        self.n += 1
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        try:
+            sock.connect(self.registrar.control_endpoint)
+            sock.send_multipart(P.encode_json(P.HELLO, {"host": "h", "pid": pid, "slot": slot, "nonce": f"n{self.n}",
+                                                        "envs": 2}))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                self.registrar.drain(len(self.open), lambda reason, detail: None, self.open.append)
+                if sock.poll(5):
+                    return P.decode(sock.recv_multipart()).payload
+            raise TimeoutError("no WELCOME")
+        finally:
+            sock.close(0)
+
+    def release(self, state) -> None:
+        self.open.remove(state)
+        self.registrar.release(state)
+
+
+@pytest.fixture
+def control(monkeypatch):
+    import ingest.registration as registration
+
+    monkeypatch.setattr(registration, "MAX_OPEN_COLLECTORS", 16)
+    monkeypatch.setattr(registration, "MAX_PER_ADDRESS", 6)
+    ctx = zmq.Context()
+    config = small_config()  # collectors.count = 2: the head's own collectors, slots 0 and 1
+    registrar = Registrar(SPEC, {"local": "inproc://w", "remote": "inproc://w"}, ctx, transport=config.transport,
+                          collectors=config.collectors, replay=config.replay, welcome_config=config.to_dict(),
+                          control_endpoint="tcp://127.0.0.1:0", own_pids=lambda: {os.getpid()})
+    try:
+        c = _Control(ctx, registrar)
+        yield c
+    finally:
+        for state in list(c.open):
+            c.release(state)
+        registrar.close()
+        ctx.term()
+
+
+def test_a_heartbeating_sybil_cannot_hold_the_registrations_the_heads_own_collectors_need(control) -> None:
+    """1,023 HELLOs with distinct nonces, each registration kept alive by heartbeats, held every slot: the
+    supervisor's restarted collector was refused (exit 2, five times) and training stopped. Registrations of
+    the head's own collectors (a pid it started, over loopback) have room kept for them, and one address holds
+    at most MAX_PER_ADDRESS registrations of everyone else."""
+    import ingest.registration as registration
+
+    reg = control.registrar
+    assert reg.reserved == registration.RESERVED_PER_LOCAL_COLLECTOR * 2 and reg.max_open == 16
+    sybil = [control.hello(pid=40_000 + i) for i in range(20)]  # from one address, none the head's own
+    admitted = [w for w in sybil if "refused" not in w]
+    assert len(admitted) == min(registration.MAX_PER_ADDRESS, reg.max_open - reg.reserved) == 6
+    assert "address" in sybil[-1]["refused"], sybil[-1]
+    for slot in (0, 1, 0, 1):  # the head's own collectors, restarted twice before their old registrations are reclaimed
+        welcome = control.hello(pid=os.getpid(), slot=slot)
+        assert "refused" not in welcome and welcome["slot"] == slot, welcome
+    assert len(control.open) == 10
+
+
+def test_a_re_registering_remote_collector_reuses_a_freed_slot(control) -> None:
+    """A remote collector (no slot of its own) that registers again after its registration was reclaimed
+    used to take a new slot past N each time: its epsilon drifted down the schedule and the slot count grew
+    without bound. A freed slot is handed out again, lowest first."""
+    slots = []
+    for _ in range(10):
+        welcome = control.hello(pid=777)
+        slots.append(welcome["slot"])
+        control.release(control.open[-1])
+    assert slots == [2] * 10, slots
+    first, second = control.hello(pid=1), control.hello(pid=2)
+    assert (first["slot"], second["slot"]) == (2, 3)
+    control.release(control.open[0])
+    assert control.hello(pid=3)["slot"] == 2
+
+
+def test_descriptors_are_shed_on_data_endpoints_too(head: Head, monkeypatch) -> None:
+    """4,070 connections to a collector's data endpoint were never closed under descriptor pressure (the head
+    shed its control and weights connections only): HELLOs went unanswered and the TensorBoard writer died of
+    EMFILE. Short of descriptors, the head closes every connection of its TCP data endpoints too, binds them
+    again on the same port once descriptors are back, and the owner's socket reconnects by itself."""
+    import socket
+
+    import shared.open_files as open_files
+
+    host, port = open_files.split_tcp(head.welcome.data_endpoint)
+    idle = [socket.create_connection((host, port), timeout=5) for _ in range(20)]  # connections that never speak
+    try:
+        before = head.handled()
+        head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+        head.wait_handled(before, 1)
+        monkeypatch.setattr(open_files, "fds_left", lambda probe: 0)  # the process is out of descriptors
+        for conn in idle:  # the head closes them: EOF (or a reset) instead of a timeout
+            conn.settimeout(10)
+            try:
+                assert conn.recv(4096 * 4) is not None
+                while conn.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+        monkeypatch.setattr(open_files, "fds_left", lambda probe: 1 << 30)  # descriptors are back
+        before = head.handled()
+        # the owner's socket reconnects to the same port by itself and, as a collector does, keeps sending heartbeats
+        # (one sent while its connection was down may be lost: a gap, as after any reconnect)
+        deadline = time.monotonic() + 20
+        while head.handled() == before and time.monotonic() < deadline:
+            head.send(P.encode_simple(P.HEARTBEAT, head.cid, head.next_seq(), 5))
+            wait_for(lambda: head.handled() > before, 0.3, 0.01)
+        assert head.handled() > before, "the owner's heartbeats never arrived after the data endpoint was bound again"
+        assert head.thread.stats().rejected_by_reason == {}
+    finally:
+        for conn in idle:
+            conn.close()
