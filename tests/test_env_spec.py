@@ -53,7 +53,9 @@ def test_the_head_builds_a_non_mario_env_once_at_start(tmp_path, constructions) 
                                          "hidden": 16, "dueling": False, "encoder": "nature", "encoder_width": 1,
                                          "quantiles": 0, "noisy": False}
         assert (head.replay.obs_shape, head.replay.stack) == ((84, 84), 3)
-        assert head.consolidation.spec == ObsSpec.of(spec)
+        # the data plane holds summaries to the env's time limit too
+        assert head.consolidation.spec == ObsSpec.of(spec, max_episode_steps=counting_config().env.max_episode_steps)
+        assert head.consolidation.spec.max_episode_steps == counting_config().env.max_episode_steps
         assert head.consolidation.max_abs_reward == 80.0  # unscaled summaries: 40 / 0.5 per step
     finally:
         head.close(checkpoint=False)
