@@ -7,10 +7,10 @@ VPY := $(VENV)/bin/python
 # Optional extras on top of dev, comma-separated: EXTRAS=ray for `--launcher ray` (CI installs it for the Ray test),
 # EXTRAS=retro for env.backend=retro (CI installs it for the backend equivalence tests).
 EXTRAS ?=
-# env.backend=retro: stable-retro's FCEUmm NES core, wheels for CPython 3.11-3.13 (manylinux x86_64, ~123 MB
-# installed; the core is GPLv2, the wrapper MIT). Installed with --no-deps: its pyglet>=1.5.27 (viewer only)
-# conflicts with nes-py 8's pyglet<=1.5.21 pin; its other requirements (gymnasium, numpy) are ours already.
-RETRO_PIN := stable-retro==1.0.1 farama-notifications==0.0.6
+# env.backend=retro: stable-retro's FCEUmm NES core, wheels for CPython 3.11-3.13 (manylinux x86_64, 244 MB
+# installed; the core is GPLv2, the wrapper MIT), pinned in requirements-retro.txt and installed with --no-deps
+# (why: that file). Changing the file re-installs, as changing setup.cfg does.
+RETRO_REQUIREMENTS := requirements-retro.txt
 comma := ,
 # Python >= 3.13 gets no torch by default (setup.cfg): the env tests (test-env) run without it, so only
 # the targets that train (run, bench, eval) add the torch extra there. Below 3.13 torch is a requirement.
@@ -63,13 +63,13 @@ PIP_QUIET := 2>&1 | grep -v '^WARNING: Location' || true
 # Re-install only when the requirements change: a no-op run costs a stat. The stem names the extras
 # (dev-torch-ray installs ".[dev,torch,ray]"); each extra's module must import afterwards (Mario's
 # package through the project's own import, which keeps old gym's banner off the terminal).
-$(VENV)/.installed-%: setup.cfg pyproject.toml
+$(VENV)/.installed-%: setup.cfg pyproject.toml $(RETRO_REQUIREMENTS)
 	@test -n "$(PY_TAG)" || { echo "error: PYTHON=$(PYTHON) is not a working Python interpreter" >&2; exit 2; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing mario-apex[$(subst -,$(comma),$*)] into $(VENV) (minutes the first time)"
 	@$(PIP) install --quiet --upgrade "pip>=23" $(PIP_QUIET)
 	@$(PIP) install --quiet -e ".[$(subst $(eval) ,$(comma),$(filter-out retro,$(subst -, ,$*)))]" $(PIP_QUIET)
-	$(if $(filter retro,$(subst -, ,$*)),@$(PIP) install --quiet --no-deps $(RETRO_PIN) $(PIP_QUIET))
+	$(if $(filter retro,$(subst -, ,$*)),@$(PIP) install --quiet --no-deps -r $(RETRO_REQUIREMENTS) $(PIP_QUIET))
 	@$(VPY) -c "from shared.mario_emulator import import_mario_package; import_mario_package(); \
 		import shared, replay, ingest, actors, learner, nes_py, zmq, cv2 \
 		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)$(if $(filter retro,$(subst -, ,$*)),; import stable_retro)" \
