@@ -121,7 +121,9 @@ def test_under_the_table_the_seeds_and_whether_they_chose_the_snapshot(tmp_path:
     assert lines[-1].endswith("10 episodes under each of the seeds 1000,1001,1002 (not held out)")
     (tmp_path / "runs" / "2-1" / "provenance.json").write_text(json.dumps({**prov, "held_out_seeds": [1000, 1001,
                                                                                                        1002]}))
-    lines = levels_table.render([tmp_path / "s.json", SHIPPED], root=tmp_path).splitlines()
+    chosen_on = {**base, "settings": {**base["settings"], "eval_seeds": [0, 1, 2]}}  # seeds its snapshot's choice used
+    (tmp_path / "shipped.json").write_text(json.dumps(chosen_on))
+    lines = levels_table.render([tmp_path / "s.json", tmp_path / "shipped.json"], root=tmp_path).splitlines()
     assert lines[-3:] == ["Evaluation seeds (epsilon 0.05):",
                           "- 1-1, 1-2, 1-3, 1-4: 10 episodes under each of the seeds 0,1,2 (not held out)",
                           "- 1-1, 1-2, 1-3, 1-4: 10 episodes under each of the seeds 1000,1001,1002 (held out: the "
