@@ -120,6 +120,17 @@ class ReplayBuffer:
         return self._writer.live_transitions
 
     @property
+    def reader(self) -> SegmentReader:
+        """The reader thread's side (priority tree, segment table, sampling generator): what a sampler over the
+        same storage on another device mirrors (replay/device_ring.py). Touch it from the reader thread only."""
+        return self._reader
+
+    @property
+    def writer(self) -> SegmentWriter:
+        """The writer's side, for a reader-thread mirror: its published records and its claim (read only)."""
+        return self._writer
+
+    @property
     def transitions_added(self) -> int:
         return self._writer.transitions_added
 
