@@ -3,7 +3,7 @@
 Per step: one forward over the K rolling stacks (torch.inference_mode, 1 thread), the Q rows
 kept for the initial priorities, epsilon-greedy actions, K env steps, then the chunk cut for
 every stream that has `chunk_steps` complete transitions. Everything except `env.step` is
-numpy on small arrays so the emulator stays the ceiling (see actors/bench.py for the figure).
+numpy on small arrays so the emulator stays the ceiling (see bench/transport.py for the figure).
 """
 
 from __future__ import annotations

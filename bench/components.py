@@ -1,15 +1,9 @@
-"""The component benches `make bench` calls (replay, transport, learner), each owned by its component.
-
-Collector-side benches (actors/) run in a child process (`python -m MODULE [--quick]`, JSON on
-stdout), so the bench driver never imports actors/.
-"""
+"""The component benches `make bench` calls (replay, transport, learner): (module, function) pairs in bench/,
+each `function(quick) -> dict` of the keys listed beside it, called in the driver's process."""
 
 from __future__ import annotations
 
 import importlib
-import json
-import subprocess
-import sys
 from typing import Any
 
 # Component benches owned by other modules: (candidate (module, function) pairs, keys they report).
@@ -21,8 +15,8 @@ COMPONENTS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
          "insert_copy_floor_tps", "replay_insert_single_chunk_tps", "insert_batch_chunks",
          "insert_vs_copy_floor_rounds"),
     ),
-    "transport": (  # collector side: run as `python -m actors.bench` (the learner never imports actors/)
-        (("actors.bench", "run_transport_bench"),),
+    "transport": (  # the data socket and the collector's own costs (its senders are spawned processes)
+        (("bench.transport", "run_transport_bench"),),
         ("transport_tps", "mpqueue_transport_tps", "collector_overhead_frac"),
     ),
     "learner": ((("bench.learner", "run_learner_bench"),), ("learner_updates_per_s", "learner_updates_per_s_by_threads")),
@@ -42,22 +36,10 @@ def null_hint(key: str) -> str:
     return " (no reason given)"
 
 
-def run_in_subprocess(module_name: str, func_name: str, quick: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-m", module_name, *(["--quick"] if quick else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.strip()[-500:]}")
-    result = json.loads(done.stdout[done.stdout.index("{"):])
-    return {**result, "source": f"{module_name}.{func_name} (subprocess)"}
-
-
 def call_component(candidates: tuple[tuple[str, str], ...], quick: bool) -> dict[str, Any]:
-    """Call the component's bench(quick). Collector-side benches (actors/) run in a child
-    process (`python -m MODULE [--quick]`, JSON on stdout) so this process never imports actors/."""
+    """Call the component's bench(quick): the first candidate whose module imports."""
     missing = []
     for module_name, func_name in candidates:
-        if module_name.startswith("actors."):
-            return run_in_subprocess(module_name, func_name, quick)
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

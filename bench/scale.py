@@ -82,7 +82,7 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
         env = env_spec(cfg.env)
-        replay = ReplayBuffer.from_config(cfg, env.obs_shape, env.obs_dtype, env.stack, torch.device("cpu"))
+        replay = ReplayBuffer.build(cfg.replay, env, torch.device("cpu"))
         chunks, _ = load_chunks()
         while replay.transitions_added < PREFILL_TRANSITIONS:  # before the consolidation thread: one writer
             for chunk in chunks:

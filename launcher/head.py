@@ -114,8 +114,7 @@ class Head:
         # resume restores both generators from the checkpoint afterwards)
         torch.manual_seed(cfg.env.seed)
         sampler_seed = int(np.random.SeedSequence([cfg.env.seed, 1]).generate_state(1)[0])
-        self.replay = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, self.device,
-                                               seed=sampler_seed, spec=spec)
+        self.replay = ReplayBuffer.build(cfg.replay, spec, self.device, seed=sampler_seed)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # room for every registration (before the first socket)
         self._parts.append(self.ctx)

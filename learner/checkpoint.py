@@ -191,9 +191,9 @@ def save_checkpoint(run_dir: str | os.PathLike, data: CheckpointData, replay: An
     run.mkdir(parents=True, exist_ok=True)
     final, old = swap_paths(run)
     final.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_writers_temps(run)
+    remove_abandoned_temps(run)
     if final.parent != run:
-        remove_dead_writers_temps(final.parent)
+        remove_abandoned_temps(final.parent)
     tmp = final.parent / f"{TMP_PREFIX}{os.getpid()}"  # beside the folder it replaces: the rename stays on its disk
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -252,7 +252,7 @@ def swap_paths(run: Path) -> tuple[Path, Path]:
     return target, target.with_name(target.name + ".old")
 
 
-def remove_dead_writers_temps(run: Path) -> list[Path]:
+def remove_abandoned_temps(run: Path) -> list[Path]:
     """Remove `run`'s `.checkpoint.tmp-<pid>` dirs whose writer no longer runs (gone or a zombie, as
     `shared.tempdirs` decides for its folders); returns them."""
     removed = []

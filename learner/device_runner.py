@@ -82,8 +82,9 @@ def bind_state(online: nn.Module, target: nn.Module, optimizer: torch.optim.Opti
     named = [(n, p) for n, p in online.named_parameters() if p.requires_grad]
     names, params = [n for n, _ in named], [p for _, p in named]
     target_named = dict(target.named_parameters())
-    if list(online.buffers()):
-        raise ValueError("a device step supports networks without buffers (the project's Q-networks have none)")
+    persistent = set(online.state_dict()) - {n for n, _ in online.named_parameters()}
+    if persistent:  # NoisyNet's noise is a non-persistent buffer the learner redraws in place before each update
+        raise ValueError(f"a device step supports networks without persistent buffers, got {sorted(persistent)}")
     exp_avg, exp_avg_sq, steps, group = adam_state(optimizer, params)
     device = params[0].device
     scale, tracker = scaler_tensors(scaler, policy, device)

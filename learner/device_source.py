@@ -25,6 +25,7 @@ import torch
 
 from learner.device_runner import CaptureGuard, DeviceRunner, bind_state, step_config
 from learner.precision import PrecisionPolicy
+from replay.buffer import ReplayBuffer
 from replay.device_ring import DeviceRing
 
 UNIFORM_ROWS = 64  # updates per host-to-device copy of sampling uniforms
@@ -37,7 +38,7 @@ class DeviceSource:
                  online: torch.nn.Module, target: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
                  policy: PrecisionPolicy, channels_last: bool, meter_sums: torch.Tensor, skipped: torch.Tensor,
                  updates: int, mode: str, capture_guard: CaptureGuard = contextlib.nullcontext) -> None:
-        if not all(hasattr(replay, name) for name in ("storage", "_reader", "_writer")):
+        if not isinstance(replay, ReplayBuffer):
             raise ValueError(f"learner.step_mode={mode}: needs the project's ReplayBuffer, got {type(replay).__name__}")
         batch = lc.batch_size * lc.grad_accum_steps
         self.ring = DeviceRing(replay, device, batch=batch, uniform_rows=UNIFORM_ROWS)

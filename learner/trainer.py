@@ -112,12 +112,6 @@ class Learner:
         self.channels_last = bool(image and (self.device.type == "cuda" if channels_last is None else channels_last))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         self.noisy = lc.noisy_sigma > 0
-        if lc.step_mode != "eager" and self.noisy:
-            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not draw NoisyNet noise "
-                             "(learner.noisy_sigma)")
-        if lc.step_mode != "eager" and lc.reset_every_updates > 0:
-            raise ValueError(f"learner.step_mode={lc.step_mode!r}: the device step does not implement resets "
-                             "(learner.reset_every_updates)")
         self.online = self.build_network().to(self.device, memory_format=fmt)
         self.space_to_depth = use_space_to_depth(self.online, lc.space_to_depth, self.device.type)  # target: a copy
         self.target = copy.deepcopy(self.online)
@@ -181,9 +175,7 @@ class Learner:
             return self._device_step(source)
         t0 = time.perf_counter()
         batch = source.get()
-        if self.noisy:  # NoisyNet: fresh weight noise for this update, independent in the online and target nets
-            self.online.reset_noise()
-            self.target.reset_noise()
+        self._draw_noise()
         loss, td, q_sum, grad_norm, applied = apply_update(self, batch)
         if applied is False:  # known on the host: nothing learned from this batch, its priorities stay
             self._skipped_host += 1
@@ -193,8 +185,7 @@ class Learner:
         self.updates += 1
         self.samples += len(batch)
         sync_target(self.target, self.online, self.updates, self.lc.target_update_every, self.lc.polyak_tau)
-        if self.resets is not None and self.resets.due(self.updates):
-            self.resets.apply(self.updates, self.online, self.target, self.optimizer)
+        self._maybe_reset()
         if self.updates % self.lc.weight_broadcast_every == 0:
             self.broadcast()
         metered = torch.stack([loss, td.sum(), q_sum, grad_norm])
@@ -206,13 +197,28 @@ class Learner:
         self.meter.add(metered[0], metered[1], metered[2], metered[3], len(batch), time.perf_counter() - t0)
         return loss, td, q_sum, grad_norm, applied
 
+    def _draw_noise(self) -> None:
+        """NoisyNet: fresh weight noise for the next update, independent in the online and target nets. In place
+        (the noise buffers keep their tensors), so the device step and its CUDA graph read the new draw."""
+        if self.noisy:
+            self.online.reset_noise()
+            self.target.reset_noise()
+
+    def _maybe_reset(self) -> None:
+        """The periodic reset (learner/resets.py) right after the update that ends a period, in every step mode:
+        it writes the parameters, Adam's state and the target in place, the tensors the device step is bound to."""
+        if self.resets is not None and self.resets.due(self.updates):
+            self.resets.apply(self.updates, self.online, self.target, self.optimizer)
+
     def _device_step(self, source: DeviceSource) -> tuple[torch.Tensor, ...]:
         """One update run on the device (learner.step_mode device/captured): it samples, trains, writes the
         priorities back, syncs the target and adds its metrics into the meter's device sums by itself."""
         t0 = time.perf_counter()
+        self._draw_noise()
         out = source.update(self.updates)
         self.updates += 1
         self.samples += source.batch
+        self._maybe_reset()
         if self.updates % self.lc.weight_broadcast_every == 0:
             self.broadcast()
         self.meter.count(source.batch, time.perf_counter() - t0)

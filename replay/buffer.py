@@ -36,9 +36,9 @@ from replay.storage import FrameStorage, resolve_storage_device
 from replay.sum_tree import ReplayInvariantError
 from replay.value_bounds import ValueBounds, check_ints, check_values
 from replay.writer import SegmentWriter
-from shared import env_bounds
 from shared.batch import SampleBatch
 from shared.chunk import NO_ACTION, TransitionChunk
+from shared.config import ReplayConfig
 from shared.env_spec import EnvSpec
 from shared.values import is_int
 
@@ -72,23 +72,17 @@ class ReplayBuffer:
                                      self.priority_eps, seed=seed, out_pool=out_pool)
 
     @classmethod
-    def from_config(cls, cfg, obs_shape, obs_dtype, stack: int, device, *, seed: int | None = None,
-                    spec: EnvSpec | None = None) -> ReplayBuffer:
-        """Build from `cfg.replay`; frames go to the learner's GPU per storage_device / gpu_memory_fraction.
-        `seed` seeds the sampler's generator (None: fresh entropy). `restore` admits the head's value
-        bounds: those of `spec` (the run's EnvSpec; None: cfg.env's, derived without the env's declared
-        observation space) and the learner's |TD| cap."""
-        if spec is not None:
-            bounds = ValueBounds.of_head(spec.max_abs_obs, spec.max_abs_reward, spec.num_actions)
-        else:
-            bounds = ValueBounds.of_head(env_bounds.max_abs_obs(cfg.env), env_bounds.max_abs_reward(cfg.env))
-        r = cfg.replay
-        frame_bytes = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
+    def build(cls, section: ReplayConfig, spec: EnvSpec, device, *, seed: int | None = None) -> ReplayBuffer:
+        """The run's replay from its section (`cfg.replay`) and the run's EnvSpec: the frames' shape, dtype and
+        stack, and the value bounds `restore` admits (the spec's and the learner's |TD| cap). Frames go to the
+        learner's GPU per storage_device / gpu_memory_fraction; `seed` seeds the sampler (None: fresh entropy)."""
+        r = section
+        bounds = ValueBounds.of_head(spec.max_abs_obs, spec.max_abs_reward, spec.num_actions)
+        frame_bytes = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
         where = resolve_storage_device(r.storage_device, device, frame_bytes, r.capacity, r.gpu_memory_fraction)
-        return cls(r.capacity, tuple(obs_shape), obs_dtype, stack, r.n_step, r.gamma, prioritized=r.prioritized,
-                   alpha=r.alpha, priority_eps=r.priority_eps, device=where,
-                   max_chunk_frames=max_chunk_frames(r.capacity), seed=seed,
-                   bounds=bounds)
+        return cls(r.capacity, tuple(spec.obs_shape), spec.obs_dtype, spec.stack, r.n_step, r.gamma,
+                   prioritized=r.prioritized, alpha=r.alpha, priority_eps=r.priority_eps, device=where,
+                   max_chunk_frames=max_chunk_frames(r.capacity), seed=seed, bounds=bounds)
 
     # ------------------------------------------------------------------ hot path
     def add_chunk(self, chunk: TransitionChunk) -> int:
@@ -118,6 +112,17 @@ class ReplayBuffer:
     def __len__(self) -> int:
         """Any thread. Transitions published and sampleable now (the writer's count; never drains)."""
         return self._writer.live_transitions
+
+    @property
+    def reader(self) -> SegmentReader:
+        """The reader thread's side (priority tree, segment table, sampling generator): what a sampler over the
+        same storage on another device mirrors (replay/device_ring.py). Touch it from the reader thread only."""
+        return self._reader
+
+    @property
+    def writer(self) -> SegmentWriter:
+        """The writer's side, for a reader-thread mirror: its published records and its claim (read only)."""
+        return self._writer
 
     @property
     def transitions_added(self) -> int:

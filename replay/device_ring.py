@@ -91,7 +91,7 @@ class DeviceRing:
                              f"are on {where} (replay.storage_device decides; frames must fit on the GPU)")
         if batch < 1 or uniform_rows < 1:
             raise ValueError(f"batch={batch}, uniform_rows={uniform_rows}: both must be >= 1")
-        self.storage, self.reader, self.writer = storage, replay._reader, replay._writer
+        self.storage, self.reader, self.writer = storage, replay.reader, replay.writer
         self.device, self.capacity, self.batch, self.uniform_rows = where, storage.capacity, batch, uniform_rows
         self.prioritized = bool(self.reader.prioritized)
         self.table = torch.zeros((ROWS, self.capacity), dtype=torch.float64, device=self.device)

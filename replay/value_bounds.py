@@ -28,7 +28,7 @@ class ValueBounds:
     """The largest |value| a restore admits; None: finite is enough.
 
     The default is what a bare ReplayBuffer's add_chunk admits (rewards up to MAX_ABS_REWARD, any finite
-    observation or priority); `ReplayBuffer.from_config` uses the head's bounds (`of_head`)."""
+    observation or priority); `ReplayBuffer.build` uses the head's bounds (`of_head`)."""
 
     max_abs_obs: float | None = None  # float frames only; integer frames cannot hold a huge value
     max_abs_reward: float = MAX_ABS_REWARD  # per step, as stored (after env.reward_scale)

@@ -379,13 +379,6 @@ def check_levers(cfg: Config) -> None:
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
-    if lrn.step_mode != "eager" and lrn.noisy_sigma > 0:
-        _fail("learner.step_mode", lrn.step_mode, "eager with learner.noisy_sigma set (the device step does not draw "
-              "NoisyNet noise: set learner.step_mode=eager or learner.noisy_sigma=0)")
-    if lrn.step_mode != "eager" and lrn.reset_every_updates > 0:
-        _fail("learner.step_mode", lrn.step_mode, "eager with learner.reset_every_updates set (the device step "
-              "does not implement resets: set learner.step_mode=eager or learner.reset_every_updates=0)")
-
 
 def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:
     """Refuse a config whose replay plus networks would not fit in 80% of available memory.

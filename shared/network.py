@@ -29,9 +29,12 @@ class _NoisyWeight(torch.autograd.Function):
     addcmul backward also multiplies `outer` by its scalar factor, a third pass over the out x in weight)."""
 
     @staticmethod
-    def forward(ctx: Any, mu: torch.Tensor, sigma: torch.Tensor, outer: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(outer)
+    def forward(mu: torch.Tensor, sigma: torch.Tensor, outer: torch.Tensor) -> torch.Tensor:
         return torch.addcmul(mu, sigma, outer)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[2])  # a separate setup_context: what torch.func's transforms (the device step) need
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:

@@ -735,7 +735,7 @@ def _resume_after(corrupt, tmp_path):
     run = tmp_path / "run"
     cfg, _ = parse_args([*flags, "--run-dir", str(run)])
     spec = env_spec(cfg.env)
-    buf = ReplayBuffer.from_config(cfg, spec.obs_shape, spec.obs_dtype, spec.stack, "cpu")
+    buf = ReplayBuffer.build(cfg.replay, spec, "cpu")
     learner = learner_of(cfg, spec, buf, "cpu")
     data = np.random.default_rng(0)
     try:

@@ -28,6 +28,7 @@ from shared import env_bounds
 from shared import protocol as P
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
+from shared.env_spec import EnvSpec
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
 from tests.cluster_helpers import wait_for
@@ -686,7 +687,7 @@ def test_the_data_socket_admits_exactly_the_chunks_the_replay_accepts(capacity: 
     ctx.term()
     frame_bytes = int(np.prod(SPEC.obs_shape)) * SPEC.obs_dtype.itemsize  # 7056: more than the limit's slack
     fits = registrar.data_max_msg // frame_bytes
-    replay = ReplayBuffer.from_config(config, SPEC.obs_shape, SPEC.obs_dtype, 4, "cpu")
+    replay = ReplayBuffer.build(config.replay, EnvSpec(SPEC.obs_shape, SPEC.obs_dtype, 5, 4), "cpu")
     accepted, refused = replay.add_chunks([_blank_chunk(fits), _blank_chunk(fits + 1)])
     assert isinstance(accepted, int), accepted
     assert isinstance(refused, ValueError) and "max_chunk_frames" in str(refused), refused

@@ -143,6 +143,39 @@ def test_with_a_target_lever_the_device_step_equals_the_eager_learner(lever: str
             learner.close()
 
 
+# the options that act between the updates: NoisyNet's draw before each, the periodic reset after the period's last
+BETWEEN = {"noisy": {"noisy_sigma": 0.5}, "resets": {"reset_every_updates": 2, "shrink_perturb": 0.5},
+           "noisy_resets": {"noisy_sigma": 0.5, "reset_every_updates": 3}}
+
+
+@pytest.mark.parametrize("option", BETWEEN)
+def test_with_noise_or_resets_the_device_step_equals_the_eager_learner(option: str) -> None:
+    """learner.noisy_sigma > 0 (fresh noise in place before every update) and learner.reset_every_updates > 0 (the
+    reset in place after every period): the device step trains to the eager learner's weights, Adam state and
+    priorities, and to other weights than the same step without the option."""
+    eager = learner_on(config(**BETWEEN[option]), filled_replay(IMAGE))
+    device = learner_on(config(step_mode="device", **BETWEEN[option]), filled_replay(IMAGE))
+    plain = learner_on(config(step_mode="device"), filled_replay(IMAGE))
+    try:
+        def step(learner, u: int) -> dict:  # the noise comes from torch's global generator: the same draws for each
+            torch.manual_seed(1000 + u)
+            return learner.train_step()
+
+        for u in range(6):
+            se, sd, sp = step(eager, u), step(device, u), step(plain, u)
+            assert sd["skipped"] == se["skipped"] == 0.0
+            for key in ("loss", "td_error", "mean_q", "grad_norm"):
+                assert sd[key] == pytest.approx(se[key], rel=1e-5, abs=1e-7), key
+            assert_same_learners(eager, device, 1e-4, 1e-6)
+        assert sd["loss"] != pytest.approx(sp["loss"], rel=1e-4)  # the option changed the training
+        if "reset_every_updates" in BETWEEN[option]:  # a reset restarts Adam: its step counts are behind the plain's
+            steps = {float(st["step"]) for st in device.optimizer.state.values()}
+            assert min(steps) < 6.0, steps
+    finally:
+        for learner in (eager, device, plain):
+            learner.close()
+
+
 def test_with_uniform_replay_the_device_step_equals_the_eager_learner_and_keeps_the_masses() -> None:
     eager = learner_on(config(), filled_replay(IMAGE, prioritized=False))
     device = learner_on(config(step_mode="device"), filled_replay(IMAGE, prioritized=False))
@@ -377,18 +410,19 @@ def test_step_autotune_compiles_the_captured_step_with_max_autotune_and_it_match
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("lever", LEVERS)
+@pytest.mark.parametrize("lever", [*LEVERS, *BETWEEN])
 def test_with_a_target_lever_the_step_traces_as_one_graph(monkeypatch, lever: str) -> None:
-    """The Munchausen or quantile target inside the captured step: dynamo traces it with fullgraph=True (it raises
-    on a graph break); the eager backend runs the traced graph without inductor's code generation, which the test
-    above already covers, so this takes seconds. Its updates equal the op-by-op step's."""
+    """The Munchausen or quantile target or NoisyNet's noisy layers inside the captured step, resets between its
+    calls: dynamo traces it with fullgraph=True (it raises on a graph break); the eager backend runs the traced graph
+    without inductor's code generation, which the test above already covers, so this takes seconds. Its updates
+    equal the op-by-op step's."""
     import functools
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     torch._dynamo.reset()
     states = {}
     for mode in ("device", "captured"):
-        learner = learner_on(config(step_mode=mode, hidden=16, **LEVERS[lever]), filled_replay(VECTOR))
+        learner = learner_on(config(step_mode=mode, hidden=16, **{**LEVERS, **BETWEEN}[lever]), filled_replay(VECTOR))
         try:
             outs = [learner.train_step() for _ in range(3)]
             states[mode] = (learner.online.state_dict(), outs, learner.stats())

@@ -267,8 +267,6 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.reset_every_updates=-1"], ["learner.reset_every_updates=-1"]),
     (["learner.shrink_perturb=1.5"], ["learner.shrink_perturb=1.5", "[0.0, 1.0]"]),
     (["learner.reset_every_updates=100", "learner.reset_head=false"], ["changes nothing"]),
-    (["learner.reset_every_updates=100", "learner.step_mode=captured"], ["learner.step_mode='captured'",
-                                                                         "learner.reset_every_updates"]),
     (["learner.quantiles=-1"], ["learner.quantiles=-1", "[0, 1024]"]),
     (["learner.quantiles=32", "learner.munchausen_alpha=0.9"], ["learner.quantiles=32", "munchausen_alpha"]),
     (["learner.noisy_sigma=-0.5"], ["learner.noisy_sigma=-0.5", "[0.0, 10.0]"]),
@@ -279,7 +277,6 @@ def test_resets_survive_checkpoint_and_resume(tmp_path) -> None:
     (["learner.target_epsilon_from=100"], ["learner.target_epsilon_from=100", "learner.target_epsilon=0"]),
     (["collectors.eps_stage_from=-1"], ["collectors.eps_stage_from=-1", "[0, inf]"]),
     (["collectors.eps_stage=1.5"], ["collectors.eps_stage=1.5", "[0.0, 1.0]"]),
-    (["learner.noisy_sigma=0.5", "learner.step_mode=device"], ["learner.step_mode='device'", "learner.noisy_sigma"]),
     (["collectors.explore_repeat_mu=1"], ["collectors.explore_repeat_mu=1.0", "(1.0, 100.0]"]),
     (["collectors.explore_repeat_max=0"], ["collectors.explore_repeat_max=0", "[1, 100000]"]),
 ])
@@ -295,11 +292,12 @@ def test_bad_lever_settings_are_one_error_line_and_status_2(sets, words, tmp_pat
     assert not run_dir.exists()
 
 
-def test_levers_are_off_by_default_and_the_device_step_refuses_resets() -> None:
+def test_levers_are_off_by_default_and_valid_in_every_step_mode() -> None:
     lc = LearnerConfig()
     assert lc.munchausen_alpha == 0.0 and lc.reset_every_updates == 0 and lc.target_epsilon == 0.0
-    with pytest.raises(ValueError, match="device step does not implement resets"):
-        make_learner(small_config(step_mode="device", reset_every_updates=10)).close()
+    for mode in ("device", "captured"):  # the device step trains with them (tests/test_device_step.py)
+        every = small_config(step_mode=mode, reset_every_updates=10, noisy_sigma=0.5)
+        assert every.check_valid() is every
     ok = replace(small_config(), learner=replace(small_config().learner, munchausen_alpha=0.9,
                                                   reset_every_updates=10, shrink_perturb=0.5))
     assert ok.check_valid() is ok

@@ -9,6 +9,7 @@ import torch
 from replay.buffer import ReplayBuffer, ReplayInvariantError
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import Config, ReplayConfig
+from shared.env_spec import EnvSpec
 from tests.test_replay_sim import (
     check_frame,
     complete_transitions,
@@ -274,9 +275,9 @@ def test_check_valid_detects_corruption() -> None:
     assert not issubclass(ReplayInvariantError, AssertionError)
 
 
-def test_from_config_and_accounting() -> None:
+def test_build_and_accounting() -> None:
     cfg = Config(replay=ReplayConfig(capacity=5000, n_step=3, storage_device="auto"))
-    buf = ReplayBuffer.from_config(cfg, (84, 84), np.uint8, 4, "cpu")
+    buf = ReplayBuffer.build(cfg.replay, EnvSpec((84, 84), np.dtype(np.uint8), 5, 4), "cpu")
     assert buf.device.type == "cpu" and buf.capacity == 5000 and buf.n_step == 3
     assert buf.nbytes() >= 5000 * 84 * 84
     rng = np.random.default_rng(0)

@@ -120,11 +120,13 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int, device: str)
 
 
 @CUDA
-def test_from_config_puts_frames_on_the_learner_gpu_when_they_fit() -> None:
+def test_build_puts_frames_on_the_learner_gpu_when_they_fit() -> None:
     from config_optimized import load_profile
+    from shared.env_spec import EnvSpec
 
     cfg = load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=auto"])
-    buf = ReplayBuffer.from_config(cfg, SHAPE, np.uint8, 4, torch.device("cuda"))
+    spec = EnvSpec(SHAPE, np.dtype(np.uint8), 4, 4)
+    buf = ReplayBuffer.build(cfg.replay, spec, torch.device("cuda"))
     rng = np.random.default_rng(1)
     streams = make_streams(2, SHAPE, rng, episodes=2, max_len=40)
     for st in streams:
@@ -133,7 +135,7 @@ def test_from_config_puts_frames_on_the_learner_gpu_when_they_fit() -> None:
     batch = buf.sample(64, beta=0.5)
     assert batch.obs.is_cuda and batch.next_obs.is_cuda and batch.obs.dtype == torch.uint8
     buf.check_valid()
-    cpu = ReplayBuffer.from_config(load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=cpu"]),
-                                   SHAPE, np.uint8, 4, torch.device("cuda"))
+    cpu = ReplayBuffer.build(load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=cpu"]).replay,
+                             spec, torch.device("cuda"))
     cpu.add_chunk(next(chunks_for(streams[0], 4, cfg.replay.n_step, rng, max_new=20, min_new=5))[0])
     assert not cpu.sample(8, beta=0.5).obs.is_cuda

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.bench import collector_overhead, mpqueue_transport_tps, synthetic_chunk, transport_tps
+from bench.transport import collector_overhead, mpqueue_transport_tps, synthetic_chunk, transport_tps
 from shared.chunk import nstep_targets
 
 

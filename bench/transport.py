@@ -7,7 +7,7 @@
 - collector_overhead: everything a collector does per step except env.step/reset, as a
   fraction of env time, at K envs (real Mario when available, else the counting env).
 
-    python -m actors.bench [--quick]
+    python -m bench.transport [--quick]
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def run_transport_bench(quick: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m actors.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.transport", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
     print(json.dumps(run_transport_bench(args.quick), indent=2))
