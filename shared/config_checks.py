@@ -380,6 +380,7 @@ def check_levers(cfg: Config) -> None:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
 
+
 def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:
     """Refuse a config whose replay plus networks would not fit in 80% of available memory.
 
