@@ -156,6 +156,7 @@ def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: 
         sync_device(device)
         learner.meter.window_s = learner.meter.min_period_s = 0.0  # stats() = since the previous call
         learner.stats()  # mark the start: measure steady state only
+        first = next(learner.online.parameters()).detach().clone()
         # Throughput, not latency: the device is synchronized once per block of updates (as a real
         # training loop never syncs per update), and the block doubles until it takes >= BLOCK_S.
         # On CPU sync_device is a no-op, so there only the stopping check's granularity changes.
@@ -172,7 +173,9 @@ def _measure(cfg: Config, device: torch.device, replay: RandomReplay, budget_s: 
                 block *= 2
         dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         st = learner.stats()
+        moved = bool((next(learner.online.parameters()).detach() != first).any())
         return {"updates_per_s": n / dt, "samples_per_s": n * learner.batch_per_update / dt, "updates": n,
+                "learner_updates": learner.updates, "weights_moved": moved,  # the updates were real ones
                 "cpu_ms_per_update": 1000.0 * cpu / n,  # process CPU, every thread (the prefetch thread too)
                 "data_wait_frac": st["data_wait_frac"], "compile_s": learner.compile_s,
                 "compiled": learner.compiled, "precision": learner.precision.name}

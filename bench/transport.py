@@ -90,7 +90,7 @@ def transport_tps(transport: str = "ipc", seconds: float = 2.0, sockbuf: int = 0
         endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
     proc = mp.get_context("spawn").Process(target=_zmq_sender, args=(endpoint, seconds, sockbuf), daemon=True)
     proc.start()
-    transitions = messages = 0
+    transitions = messages = sent = 0
     t_first = t_last = 0.0
     try:
         while True:
@@ -101,6 +101,7 @@ def transport_tps(transport: str = "ipc", seconds: float = 2.0, sockbuf: int = 0
             msg = decode(sock.recv_multipart(copy=False), spec)
             now = time.perf_counter()
             if msg.header.msg_type == BYE:
+                sent = msg.header.seq - 1  # the sender numbers its chunks 1..n and its BYE n + 1
                 break
             if msg.header.msg_type == TRANSITION_CHUNK:
                 if messages == 0:
@@ -114,8 +115,10 @@ def transport_tps(transport: str = "ipc", seconds: float = 2.0, sockbuf: int = 0
         sock.close(linger=0)
         ctx.term()
         shutil.rmtree(tmp, ignore_errors=True)
+    if messages != sent:  # a rate over chunks lost or invented would measure nothing
+        raise RuntimeError(f"bench receiver decoded {messages} chunks of the {sent} the sender sent")
     elapsed = max(t_last - t_first, 1e-9)
-    return {"transport": transport, "transitions": transitions, "seconds": elapsed,
+    return {"transport": transport, "transitions": transitions, "chunks": messages, "seconds": elapsed,
             "transitions_per_s": transitions / elapsed, "mb_per_s": transitions / CHUNK_TRANSITIONS
             * synthetic_chunk().frames.nbytes / elapsed / 2**20}
 
@@ -129,7 +132,7 @@ def _mpqueue_sender(queue: Any, seconds: float) -> None:
     while sent < MIN_MESSAGES or time.monotonic() < end:  # as _zmq_sender: a rate even on a starved machine
         queue.put((state, 1, 0.5, next_state, False))
         sent += 1
-    queue.put(None)
+    queue.put(sent)  # the end, with how many tuples came before it
 
 
 def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
@@ -137,7 +140,7 @@ def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
     queue = ctx.Queue(maxsize=1024)
     proc = ctx.Process(target=_mpqueue_sender, args=(queue, seconds), daemon=True)
     proc.start()
-    count = 0
+    count = sent = 0
     t_first = t_last = 0.0
     try:
         while True:
@@ -148,7 +151,8 @@ def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
                     raise RuntimeError(f"bench sender exited with code {proc.exitcode}") from None
                 continue
             now = time.perf_counter()
-            if item is None:
+            if isinstance(item, int):
+                sent = item
                 break
             if count == 0:
                 t_first = now
@@ -156,8 +160,10 @@ def mpqueue_transport_tps(seconds: float = 2.0) -> dict[str, Any]:
             t_last = now
     finally:
         proc.join(10)
+    if count != sent:
+        raise RuntimeError(f"bench receiver got {count} tuples of the {sent} the sender put")
     elapsed = max(t_last - t_first, 1e-9)
-    return {"transitions": count - 1, "seconds": elapsed, "transitions_per_s": (count - 1) / elapsed}
+    return {"transitions": count - 1, "tuples": count, "seconds": elapsed, "transitions_per_s": (count - 1) / elapsed}
 
 
 def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, warmup: int = 10) -> dict[str, Any]:

@@ -62,7 +62,11 @@ def test_collector_holds_chunks_beyond_the_credit_limit_until_the_head_reads() -
             return state["waiting"] and state["parked"] == 2 and head.thread.stats().heartbeats >= 1
 
         assert wait_for(held, 60, 0.01), head.thread.stats().collectors[head.cid]
-        time.sleep(1.5)  # room for a third chunk to go out, were credit not enforced
+        # two more "waiting" heartbeats: each comes from a round of the credit loop that polled the head and
+        # found no credit, so the third chunk had its chances to go out, were credit not enforced
+        beats = head.thread.stats().heartbeats
+        assert wait_for(lambda: head.thread.stats().heartbeats >= beats + 2, 60, 0.01), "the collector went silent"
+        assert head.thread.stats().collectors[head.cid]["waiting"]
         assert len(results) == 2, "a third chunk went out without credit"
         assert list(link.unacked_chunks) == [1, 2] and sink.chunks == []
         gate_open.set()

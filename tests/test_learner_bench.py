@@ -16,12 +16,12 @@ def test_random_replay_batches_look_like_the_replay() -> None:
     assert int(b.actions.max()) < NUM_ACTIONS and b.weights.dtype == torch.float32
 
 
-def test_measure_reports_rates() -> None:
+def test_measure_times_real_updates() -> None:
     cfg = Config(learner=LearnerConfig(device="cpu", batch_size=4, precision="fp32", warmup_transitions=0,
                                        samples_per_insert=0.0, hidden=32))
     r = _measure(cfg, torch.device("cpu"), RandomReplay("cpu", pool=64), budget_s=0.05, min_updates=2, warmup=1)
-    assert r["updates"] >= 2 and r["updates_per_s"] > 0
-    assert abs(r["samples_per_s"] - r["updates_per_s"] * 4) < 1e-6 * r["samples_per_s"]
+    assert r["updates"] >= 2 and r["learner_updates"] == r["updates"] + 1  # the learner's own count, warmup included
+    assert r["weights_moved"] and r["precision"] == "fp32" and not r["compiled"]
     assert 0.0 <= r["data_wait_frac"] <= 1.0
 
 
