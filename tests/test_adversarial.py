@@ -40,7 +40,8 @@ import torch
 import zmq
 
 from bench import attack as A
-from tests.cluster_helpers import ROOT, children_of, head_env, kill_tree, read_metrics, wait_endpoints, wait_for
+from tests.support.cluster import ROOT, children_of, head_env, kill_tree, read_metrics, wait_endpoints
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.slow
 

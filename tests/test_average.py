@@ -17,7 +17,7 @@ from evaluate.evaluate import main as evaluate_main
 from learner.checkpoint import load_checkpoint
 from shared.config import EnvConfig
 from shared.fake_env import COUNTING_ENV_ID
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.support.learner_fakes import FakeReplay, make_learner, small_config
 
 
 def _run(run_dir: Path, seed: int, env_steps: int, **learner_overrides) -> Path:

@@ -1,7 +1,7 @@
 """The level campaign (evaluate/campaign.py): trains each level until cleared or out of its budget of training time,
 resumes after a kill, refuses a corrupt or foreign state, ships through the suite on seeds disjoint from the
 head's and from each other, and regenerates the Levels table. Fakes stand in for training and playing
-(tests/campaign_fakes.py); the last test ships a real checkpoint with the real tools, a few steps per episode."""
+(tests/support/campaign_fakes.py); the last test ships a real checkpoint with the real tools, a few steps per episode."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from evaluate.campaign_parts import Children, LauncherTrainer, ModuleEvaluator, 
 from evaluate.campaign_ship import ShipTo, ship_level
 from evaluate.levels import parse_level
 from evaluate.run_time import training_seconds
-from tests.campaign_fakes import MARKER, FakeEvaluator, FakeTrainer, write_segment
-from tests.cluster_helpers import ROOT, head_env, wait_for
+from tests.support.campaign_fakes import MARKER, FakeEvaluator, FakeTrainer, write_segment
+from tests.support.cluster import ROOT, head_env
+from tests.support.waits import wait_for
 
 README = f"# readme\n\nprose\n\n{levels_table.START}\n{levels_table.END}\n\nmore prose\n"
 
@@ -113,7 +114,7 @@ def test_the_budget_counts_training_time_across_resumes_and_an_adopted_run(tmp_p
 
 def test_a_killed_campaign_continues_the_level_and_run_it_was_on(tmp_path: Path) -> None:
     args = _args(tmp_path, "2-1 3-1", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.campaign_fakes", "block", *args], cwd=ROOT, env=head_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.campaign_fakes", "block", *args], cwd=ROOT, env=head_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = []
@@ -247,7 +248,7 @@ def test_training_time_sums_the_segments_of_a_resumed_run(tmp_path: Path) -> Non
 def test_ctrl_c_reaches_the_training_child_once_and_leaves_no_process(tmp_path: Path) -> None:
     """The real trainer and child handling, with a stand-in for python -m launcher that waits for its SIGINT."""
     args = _args(tmp_path, "2-1", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.campaign_fakes", "stub-launcher", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.campaign_fakes", "stub-launcher", *args], cwd=ROOT,
                             env=head_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     run_dir = tmp_path / "campaign" / "2-1"

@@ -23,7 +23,7 @@ from learner.checkpoint import (
     load_checkpoint,
 )
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
+from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 
 def test_round_trip_bit_identical_and_counters_continue(tmp_path) -> None:
@@ -729,7 +729,7 @@ def _resume_after(corrupt, tmp_path):
     from replay.buffer import ReplayBuffer
     from shared.chunk import FLAG_FIRST, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
     from shared.env_factory import env_spec
-    from tests.cluster_helpers import ROOT, head_env
+    from tests.support.cluster import ROOT, head_env
 
     flags = ["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0", "--max-seconds", "1"]
     run = tmp_path / "run"
@@ -818,7 +818,7 @@ def test_a_run_whose_final_checkpoint_cannot_be_written_exits_3(tmp_path) -> Non
     import subprocess
     import sys
 
-    from tests.cluster_helpers import ROOT, head_env
+    from tests.support.cluster import ROOT, head_env
 
     limit = 128 << 10  # head.log, metrics and config fit; the network's weights do not
 
@@ -851,7 +851,7 @@ def test_a_run_dir_that_refuses_the_head_s_cleanup_still_exits_3(tmp_path) -> No
     import sys
     import time
 
-    from tests.cluster_helpers import ROOT, head_env
+    from tests.support.cluster import ROOT, head_env
 
     limit = 128 << 10  # head.log, metrics and config fit; the network's weights do not
 

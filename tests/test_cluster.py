@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import children_of, kill_tree, read_metrics, start_head, stop_head, wait_for
+from tests.support.cluster import children_of, kill_tree, read_metrics, start_head, stop_head
+from tests.support.waits import wait_for
 
 CARTPOLE = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
             "--set", "transport.port=0", "--set", "collectors.envs_per_collector=4"]

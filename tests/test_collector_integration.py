@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -19,7 +18,8 @@ from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, Rep
 from shared.fake_env import decode_frame
 from shared.network import build_q_network
 from shared.protocol import ObsSpec
-from tests.local_head import LocalHead
+from tests.support.local_head import LocalHead
+from tests.support.waits import wait_until
 
 try:
     from replay.buffer import ReplayBuffer
@@ -67,13 +67,6 @@ def launch(connect: str, n: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
 
 
-def wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
-
 
 def starts_by_stream(chunks_by_collector: dict[int, list[TransitionChunk]]) -> dict[tuple[int, int], list]:
     """(collector, stream) -> [(episode, t)] of every transition start, in arrival order."""
@@ -100,12 +93,12 @@ def test_two_collectors_deliver_every_transition_exactly_once_in_order() -> None
     with LocalHead(cfg, sink, SPEC, port=0) as head:
         proc = launch(head.connect, 2)
         try:
-            wait_for(lambda: head.consolidation.stats().registrations == 2, 60, "2 registrations")
+            wait_until(lambda: head.consolidation.stats().registrations == 2, 60, "2 registrations")
             net = build_q_network((84, 84), 4, 4, hidden=32)
             head.publisher.publish(1, net.state_dict())
-            wait_for(lambda: head.consolidation.stats().transitions >= 1500 if sink.buffer is not None
+            wait_until(lambda: head.consolidation.stats().transitions >= 1500 if sink.buffer is not None
                      else head.consolidation.stats().chunks >= 200, 90, "transitions")
-            wait_for(lambda: all(c["weight_version"] == 1 for c in head.consolidation.stats().collectors.values()),
+            wait_until(lambda: all(c["weight_version"] == 1 for c in head.consolidation.stats().collectors.values()),
                      30, "collectors acting with published weights")
             head.publisher.stop_collectors()
             assert proc.wait(timeout=30) == 0
@@ -145,7 +138,7 @@ def test_collectors_exit_when_head_goes_silent_and_on_sigterm() -> None:
     head = LocalHead(cfg, sink, SPEC, port=0)
     silent = launch(head.connect, 1)
     try:
-        wait_for(lambda: head.consolidation.stats().chunks >= 2, 60, "first chunks")
+        wait_until(lambda: head.consolidation.stats().chunks >= 2, 60, "first chunks")
     finally:
         head.close()  # no more heartbeats
     # its launcher (this process) lives on: only the head's silence (head_timeout_s) can make it exit, and
@@ -154,7 +147,7 @@ def test_collectors_exit_when_head_goes_silent_and_on_sigterm() -> None:
 
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head2:
         proc = launch(head2.connect, 2)
-        wait_for(lambda: head2.consolidation.stats().chunks >= 2, 60, "chunks")
+        wait_until(lambda: head2.consolidation.stats().chunks >= 2, 60, "chunks")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
 
@@ -164,7 +157,7 @@ def test_local_children_die_with_their_launcher() -> None:
     cfg = counting_config(head_timeout_s=1200.0)  # only the parent-death signal can stop it in time
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head:
         proc = launch(head.connect, 1)
-        wait_for(lambda: head.consolidation.stats().chunks >= 1, 60, "chunks")
+        wait_until(lambda: head.consolidation.stats().chunks >= 1, 60, "chunks")
         child = next(iter(head.consolidation.stats().collectors.values()))["pid"]
         proc.kill()
         proc.wait(timeout=10)
@@ -177,7 +170,7 @@ def test_local_children_die_with_their_launcher() -> None:
             with open(f"/proc/{child}/stat") as fh:  # reaped later by init: a zombie counts as gone
                 return fh.read().split(")")[-1].split()[0] == "Z"
 
-        wait_for(gone, 120, "child exit after its launcher died")
+        wait_until(gone, 120, "child exit after its launcher died")
 
 
 def test_collector_over_curve(tmp_path) -> None:
@@ -189,9 +182,9 @@ def test_collector_over_curve(tmp_path) -> None:
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head:
         proc = launch(head.connect, 1, "--curve-keys", str(keys))
         try:
-            wait_for(lambda: head.consolidation.stats().chunks >= 3, 60, "chunks over CURVE")
+            wait_until(lambda: head.consolidation.stats().chunks >= 3, 60, "chunks over CURVE")
             head.publisher.publish(2, build_q_network((84, 84), 4, 4, hidden=32).state_dict())
-            wait_for(lambda: all(c["weight_version"] == 2 for c in head.consolidation.stats().collectors.values()),
+            wait_until(lambda: all(c["weight_version"] == 2 for c in head.consolidation.stats().collectors.values()),
                      30, "weights over CURVE")
             head.publisher.stop_collectors()
             assert proc.wait(timeout=20) == 0

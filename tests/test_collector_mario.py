@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def test_mario_collector_fills_buffer_with_real_frames(backend: str) -> None:
     from replay.buffer import ReplayBuffer
     from shared import env_factory
-    from tests.local_head import LocalHead
+    from tests.support.local_head import LocalHead
     from tests.test_collector_integration import launch
 
     # ez-greedy on (collectors.explore_repeat_mu travels in the WELCOME): held exploratory actions on the real emulator

@@ -305,7 +305,7 @@ def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
 
     from actors.client import HeadLink, Welcome
     from learner.broadcast import WeightPublisher
-    from tests.cluster_helpers import wait_for
+    from tests.support.waits import wait_for
 
     col = small_collector(FakeLink())
     donor = small_collector(FakeLink(), collector_id=3).net

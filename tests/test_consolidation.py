@@ -31,7 +31,7 @@ from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig
 from shared.env_spec import EnvSpec
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
-from tests.cluster_helpers import wait_for
+from tests.support.waits import wait_for
 
 SPEC = P.ObsSpec((84, 84), np.dtype(np.uint8), 4, max_streams=4)
 TEMPLATE = {"w": torch.zeros(4)}  # a HeadLink's network layout; these tests publish no weights

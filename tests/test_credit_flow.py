@@ -14,7 +14,7 @@ import zmq
 
 from actors.client import HeadLink
 from shared import protocol as P
-from tests.cluster_helpers import wait_for
+from tests.support.waits import wait_for
 from tests.test_consolidation import TEMPLATE, Head, RecordingSink, counting_chunks, small_config
 
 

@@ -567,7 +567,7 @@ def test_step_mode_is_checked_with_one_line_errors() -> None:
 
 
 def test_a_replay_without_the_ring_is_refused_at_the_first_update() -> None:
-    from tests.test_learner_fakes import FakeReplay
+    from tests.support.learner_fakes import FakeReplay
 
     fake = FakeReplay(obs_shape=IMAGE, stack=STACK, num_actions=ACTIONS)
     learner = learner_on(config(step_mode="device"), fake)

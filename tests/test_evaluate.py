@@ -26,8 +26,8 @@ from evaluate.plots import main as plots_main
 from evaluate.video import FrameRecorder, to_rgb, write_gif
 from shared.config import Config, EnvConfig
 from shared.fake_env import COUNTING_ENV_ID
-from tests.cluster_helpers import ROOT, head_env
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.support.cluster import ROOT, head_env
+from tests.support.learner_fakes import FakeReplay, make_learner, small_config
 
 
 def _make_run(run_dir: Path, env: EnvConfig, num_actions: int, metrics_rows: int = 12,

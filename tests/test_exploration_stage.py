@@ -11,7 +11,7 @@ import pytest
 from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from shared.exploration import acting_epsilon
-from tests.cluster_helpers import wait_for
+from tests.support.waits import wait_for
 
 STAGE_FROM, STAGE_EPS = 60, 0.25
 

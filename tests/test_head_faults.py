@@ -26,7 +26,7 @@ import launcher.head as head_module
 from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from shared.protocol import WELCOME, encode_json
-from tests.cluster_helpers import ROOT, head_env
+from tests.support.cluster import ROOT, head_env
 
 pytestmark = pytest.mark.slow
 

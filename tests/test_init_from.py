@@ -20,7 +20,7 @@ import torch
 from learner.checkpoint import CheckpointError, load_checkpoint
 from shared.config import Config, ConfigError
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
+from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
 
@@ -149,7 +149,7 @@ def test_a_head_starts_from_the_network_and_a_misfit_exits_2_before_any_collecto
     """`python -m launcher --init-from`: a CartPole head with no collectors (no data, so no update) ends with
     a checkpoint holding the source's network and counters of its own; with another hidden width the head
     refuses it: exit 2, one error line naming the field, no config.json written."""
-    from tests.cluster_helpers import ROOT, head_env
+    from tests.support.cluster import ROOT, head_env
 
     flags = ["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0"]
     src, online = _cartpole_checkpoint(tmp_path, flags)

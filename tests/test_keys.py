@@ -32,7 +32,7 @@ from shared.keys import (
     main,
     start_authenticator,
 )
-from tests.cluster_helpers import ROOT, head_env
+from tests.support.cluster import ROOT, head_env
 
 HANDSHAKE_WAIT_MS = 30_000  # an upper bound for a loaded machine: the tests wait on the event itself
 

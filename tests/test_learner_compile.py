@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.support.learner_fakes import FakeReplay, make_learner, small_config
 
 
 def test_compile_failure_falls_back_with_one_warning(monkeypatch) -> None:

@@ -23,7 +23,7 @@ from learner.dqn import (
     td_targets,
 )
 from shared.config import LearnerConfig
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config
+from tests.support.learner_fakes import FakeReplay, make_learner, small_config
 
 
 class TableQ(nn.Module):

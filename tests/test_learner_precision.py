@@ -11,7 +11,7 @@ import torch
 from learner.dqn import dqn_loss
 from learner.precision import PrecisionPolicy, cpu_has_native_bf16, resolve_precision
 from shared.network import build_q_network
-from tests.test_learner_fakes import SMALL_OBS, FakeReplay, make_learner, small_config
+from tests.support.learner_fakes import SMALL_OBS, FakeReplay, make_learner, small_config
 
 CPU = torch.device("cpu")
 

@@ -7,7 +7,7 @@ import torch
 
 from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
-from tests.test_learner_fakes import SMALL_OBS, make_learner, small_config
+from tests.support.learner_fakes import SMALL_OBS, make_learner, small_config
 
 STACK, ACTIONS = 4, 5
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
+from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 
 def test_maybe_train_waits_for_warmup_then_respects_ratio() -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import children_of, kill_tree, read_metrics, start_head, stop_head, wait_for
+from tests.support.cluster import children_of, kill_tree, read_metrics, start_head, stop_head
+from tests.support.waits import wait_for
 
 SEED = 1
 MAX_ENV_STEPS = 150_000

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evaluate import levels_table
-from tests.cluster_helpers import ROOT
+from tests.support.cluster import ROOT
 
 SHIPPED = ROOT / "results" / "suite" / "mario-1-1-cpu" / "suite.json"
 

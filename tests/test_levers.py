@@ -16,7 +16,7 @@ from launcher.__main__ import main
 from learner.dqn import Munchausen, munchausen_targets
 from learner.resets import HEAD_PREFIX, PeriodicReset
 from shared.config import ConfigError, LearnerConfig
-from tests.test_learner_fakes import FakeReplay, make_learner, small_config, state_copy
+from tests.support.learner_fakes import FakeReplay, make_learner, small_config, state_copy
 
 CLI_BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.cluster_helpers import (
+from tests.support.cluster import (
     ROOT,
     head_env,
     kill_tree,
@@ -23,8 +23,8 @@ from tests.cluster_helpers import (
     start_head,
     stop_head,
     wait_endpoints,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.env_spec import EnvSpec
 from shared.network import ImpalaCNN, NatureCNN, build_q_network, conv_space_to_depth, use_space_to_depth
-from tests.test_learner_fakes import FakeReplay, learner_of, make_learner, small_config
+from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 MARIO = (84, 84), 4, 7  # obs_shape, stack, actions: Mario's 84x84 frames, 4 per state, the simple action set
 

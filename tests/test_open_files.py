@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from shared.open_files import FDS_SPARE, fds_left
-from tests.cluster_helpers import ROOT, head_env
+from tests.support.cluster import ROOT, head_env
 
 ECHO = """
 import logging, resource, sys, time, zmq

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.cluster_helpers import ROOT
+from tests.support.cluster import ROOT
 
 pytestmark = pytest.mark.envonly
 

@@ -21,7 +21,8 @@ import pytest
 import zmq
 
 from shared.keys import AllowList, generate
-from tests.cluster_helpers import kill_tree, read_metrics, start_head, stop_head, wait_for
+from tests.support.cluster import kill_tree, read_metrics, start_head, stop_head
+from tests.support.waits import wait_for
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 PLACED = re.compile(r"collector slot (\d+): actor (\S+) on node ([0-9a-f]+) \(host \S+, pid (\d+)\)")

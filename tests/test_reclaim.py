@@ -19,7 +19,8 @@ import pytest
 
 from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
-from tests.cluster_helpers import ROOT, head_env, wait_for
+from tests.support.cluster import ROOT, head_env
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.slow
 

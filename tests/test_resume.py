@@ -20,7 +20,7 @@ from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from shared.env_spec import EnvSpec
-from tests.test_learner_fakes import learner_of
+from tests.support.learner_fakes import learner_of
 
 
 def cartpole() -> Config:

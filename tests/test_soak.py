@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import ROOT, head_env
+from tests.support.cluster import ROOT, head_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -26,7 +26,7 @@ from evaluate.suite import main as suite_main
 from shared.config import Config, EnvConfig
 from shared.env_factory import make_env
 from shared.fake_env import COUNTING_ENV_ID
-from tests.cluster_helpers import ROOT, head_env
+from tests.support.cluster import ROOT, head_env
 from tests.test_evaluate import _make_run
 
 SHIPPED = ROOT / "docs" / "checkpoints" / "mario-1-1-cpu"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from shared import tempdirs
-from tests.cluster_helpers import ROOT, head_env, kill_tree, wait_for
+from tests.support.cluster import ROOT, head_env, kill_tree
+from tests.support.waits import wait_for
 
 
 def _dead_pid() -> int:

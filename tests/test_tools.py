@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import proxy
-from tests.cluster_helpers import ROOT
+from tests.support.cluster import ROOT
 
 TOOLS = ["bench.attack", "bench.backend_steps", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
          "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.average", "evaluate.export",
@@ -50,7 +50,7 @@ def test_export_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
 
 def test_an_export_over_the_size_limit_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
     from evaluate import export
-    from tests.test_learner_fakes import make_learner
+    from tests.support.learner_fakes import make_learner
 
     learner = make_learner()
     try:

@@ -11,16 +11,10 @@ import zmq
 
 from learner.broadcast import SubscriptionGate, SubscriptionLimits, WeightPublisher
 from shared.protocol import WEIGHTS, decode_header
+from tests.support.waits import wait_until
 
 STATE = {"w": torch.zeros(3)}
 
-
-def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.01)
 
 
 def weights_versions(sock: zmq.Socket, until: int, timeout_s: float = 60.0) -> list[int]:
@@ -74,7 +68,7 @@ def test_foreign_topics_are_dropped_and_counted_and_collectors_still_get_weights
             topic = b"topic-%d" % i
             spam.send(b"\x01" + topic)
             spam.send(b"\x00" + topic)
-        wait_for(lambda: pub.subscriptions.dropped >= 2 * topics, "every foreign (un)subscription read")
+        wait_until(lambda: pub.subscriptions.dropped >= 2 * topics, 60, "every foreign (un)subscription read")
         assert pub.subscriptions.dropped == 2 * topics
         assert pub.subscriptions.subscribed == 1 and pub.subscriptions.unsubscribed == 0
         assert pub._sock.getsockopt(zmq.TOPICS_COUNT) == 1  # b"" alone (libzmq counts under its own lock)
@@ -104,7 +98,7 @@ def test_unsubscribing_b_empty_is_honoured_so_a_resubscriber_gets_each_version_o
         peer.send(b"\x01")
         assert weights_versions(peer, 1)[-1] == 1 and weights_versions(ref, 1)[-1] == 1
         peer.send(b"\x00")
-        wait_for(lambda: pub.subscriptions.unsubscribed == 1, "the unsubscription applied")
+        wait_until(lambda: pub.subscriptions.unsubscribed == 1, 60, "the unsubscription applied")
         pub.publish(2, STATE)
         assert weights_versions(ref, 2)[-1] == 2
         peer.send(b"\x01")
@@ -168,10 +162,10 @@ def test_foreign_topic_bytes_close_the_tcp_connections_and_collectors_reconnect(
         assert weights_versions(tcp, 1)[-1] == 1 and weights_versions(ipc, 1)[-1] == 1
         for i in range(1000):  # 1000 x 100 bytes of distinct topics: twice the limit
             spam.send(b"\x01" + b"%08d" % i + b"x" * 92)
-        wait_for(lambda: pub.tcp_resets >= 1, "a reset")
+        wait_until(lambda: pub.tcp_resets >= 1, 60, "a reset")
         assert pub.subscriptions.foreign_topic_bytes < limits.foreign_topic_bytes
         # the TCP collector's connection closed: libzmq reports its b"" unsubscribed
-        wait_for(lambda: pub.subscriptions.unsubscribed >= 1, "the TCP connections closed")
+        wait_until(lambda: pub.subscriptions.unsubscribed >= 1, 60, "the TCP connections closed")
         pub.publish(2, STATE)
         assert weights_versions(ipc, 2)[-1] == 2
         assert weights_versions(tcp, 2)[-1] == 2  # reconnected (while it reads), subscribed again

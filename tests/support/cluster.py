@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench.procs import children_of  # noqa: F401 - the tests import it from here
 from evaluate import plots as evaluate_plots
+from tests.support.waits import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def head_env() -> dict[str, str]:
@@ -33,14 +33,6 @@ def start_head(args: list[str], log_path: Path) -> subprocess.Popen:
     finally:
         log.close()
 
-
-def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 def wait_endpoints(run_dir: Path, proc: subprocess.Popen, timeout: float = 180.0) -> dict[str, str]:

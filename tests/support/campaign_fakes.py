@@ -1,4 +1,4 @@
-"""Fakes for the level campaign's seams (evaluate/campaign_parts.py), and `python -m tests.campaign_fakes MODE
+"""Fakes for the level campaign's seams (evaluate/campaign_parts.py), and `python -m tests.support.campaign_fakes MODE
 ARGS...`: the campaign's own main() with them, as a process a test can kill or signal.
 
 FakeTrainer writes what a head leaves in a run (metrics.jsonl rows with elapsed_s, checkpoint/, best/, kept/,
