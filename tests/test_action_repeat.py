@@ -12,7 +12,7 @@ import shared.fake_env  # noqa: F401
 from actors.action_repeat import ActionRepeat
 from actors.collector import Collector
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
-from tests.test_collector_unit import FakeLink
+from tests.support.fake_link import FakeLink
 
 
 def runs_of(actions: np.ndarray) -> list[int]:

@@ -346,7 +346,7 @@ def test_collector_reports_games_and_flags_lives_terminal() -> None:
     pytest.importorskip("torch")
     from actors.collector import Collector
     from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, nstep_targets
-    from tests.test_collector_unit import FakeLink
+    from tests.support.fake_link import FakeLink
 
     cfg = Config(
         env=EnvConfig(env_id=FAKE_ATARI_ID, frame_stack=2, reward_scale=0.5),

@@ -17,8 +17,8 @@ from config_optimized import load_config
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.fake_env import decode_frame
-from shared.protocol import EpisodeSummary
 from shared.weights import cpu_state, encode_weights, network_template
+from tests.support.fake_link import FakeLink
 
 
 @pytest.mark.parametrize("n,stack,chunk_steps", [(3, 4, 8), (1, 1, 5), (5, 4, 3), (3, 2, 40)])
@@ -66,38 +66,6 @@ def test_stream_recorder_sends_every_transition_once_with_td_priorities(n: int, 
     assert seen == [(e, s) for e in range(seen[-1][0] + 1) for s in range(11)][: len(seen)]
     assert len(seen) > 300
     assert len(rec.frames) <= chunk_steps + n + stack + 12  # history is trimmed
-
-
-class FakeLink:
-    def __init__(self) -> None:
-        self.weight_version = 0
-        self.chunks: list[TransitionChunk] = []
-        self.episodes: list[EpisodeSummary] = []
-        self.weights: list[Any] | None = None
-
-    def poll_head(self) -> None:
-        pass
-
-    def take_weights(self):
-        w, self.weights = self.weights, None
-        return w
-
-    def must_exit(self) -> bool:
-        return False
-
-    def head_silent(self) -> bool:
-        return False
-
-    def send_chunk(self, chunk: TransitionChunk) -> bool:
-        self.chunks.append(chunk)
-        return True
-
-    def send_episode(self, summary: EpisodeSummary) -> bool:
-        self.episodes.append(summary)
-        return True
-
-    def maybe_heartbeat(self) -> None:
-        pass
 
 
 def small_config() -> Config:

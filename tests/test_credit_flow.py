@@ -14,8 +14,8 @@ import zmq
 
 from actors.client import HeadLink
 from shared import protocol as P
+from tests.support.ingest_head import TEMPLATE, Head, RecordingSink, counting_chunks, small_config
 from tests.support.waits import wait_for
-from tests.test_consolidation import TEMPLATE, Head, RecordingSink, counting_chunks, small_config
 
 
 def _credits(sock: zmq.Socket, timeout_ms: int = 1000, until: int | None = None) -> list[int]:

@@ -27,7 +27,7 @@ from replay.device_batch import sample_batch
 from replay.device_ring import MASS, RET
 from shared.config import Config, LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
-from tests.test_replay_sim import chunks_for, make_streams
+from tests.support.replay_streams import chunks_for, make_streams
 
 IMAGE = (36, 36)  # the smallest frame the Nature CNN takes: the Mario code path, small
 VECTOR = (64,)  # uint8 vectors: the MLP path, quick to compile

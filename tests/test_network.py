@@ -121,7 +121,7 @@ def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks(
     from actors.collector import Collector
     from ingest.registration import collector_config
     from shared.weights import network_template
-    from tests.test_collector_unit import FakeLink
+    from tests.support.fake_link import FakeLink
 
     cfg = _impala_config()
     cfg = replace(cfg, learner=replace(cfg.learner, quantiles=quantiles))

@@ -15,8 +15,8 @@ from evaluate.evaluate import load_greedy
 from learner.checkpoint import load_checkpoint
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.network import NoisyLinear, build_q_network
+from tests.support.fake_link import FakeLink
 from tests.support.learner_fakes import FakeReplay, make_learner, small_config
-from tests.test_collector_unit import FakeLink
 from tests.test_network import run_inprocess_head
 
 

@@ -26,7 +26,7 @@ from replay.buffer import ReplayBuffer
 from replay.chunk_plan import plan_segment, validate_chunk
 from replay.writer import SegmentRecord, SegmentWriter
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-from tests.test_replay_sim import interleaved_chunks, make_streams, verify_row
+from tests.support.replay_streams import interleaved_chunks, make_streams, verify_row
 
 SHAPE = (3, 8)
 

@@ -10,7 +10,7 @@ from replay.buffer import ReplayBuffer, ReplayInvariantError
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import Config, ReplayConfig
 from shared.env_spec import EnvSpec
-from tests.test_replay_sim import (
+from tests.support.replay_streams import (
     check_frame,
     complete_transitions,
     interleaved_chunks,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from replay.buffer import ReplayBuffer
-from tests.test_replay_sim import Stream, chunks_for, make_streams
+from tests.support.replay_streams import Stream, chunks_for, make_streams
 
 SHAPE = (84, 84)
 
