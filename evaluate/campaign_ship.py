@@ -80,6 +80,13 @@ def preset_of(env_id: str) -> str:
     return f"{env_id} (config_optimized.ENV_PRESETS)" if env_id in ENV_PRESETS else "none"
 
 
+def recorded(path: Path) -> str:
+    """How provenance.json names a path: relative to the repository when inside it (a record names no folder of
+    the machine it was made on, and the same campaign folder in another clone is the same run), else absolute."""
+    p = path.resolve()
+    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(p)
+
+
 def foreign_ship(level: Level, run_dir: Path, to: ShipTo) -> Path | None:
     """The shipped checkpoint folder for `level` when one exists that this run did not make (hand-made, or another
     campaign's): its provenance.json's campaign_run is not `run_dir`. None when the name is free or this run's."""
@@ -90,7 +97,7 @@ def foreign_ship(level: Level, run_dir: Path, to: ShipTo) -> Path | None:
         made_by = json.loads((ship / "provenance.json").read_text()).get("campaign_run")
     except (OSError, ValueError, AttributeError):
         return ship
-    return None if made_by == str(run_dir.resolve()) else ship
+    return None if made_by in (recorded(run_dir), str(run_dir.resolve())) else ship
 
 
 def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, progress: LevelProgress,
@@ -139,8 +146,8 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
         "selection": {"seeds": list(settings.selection_seeds), "episodes_per_seed": to.episodes,
                       "epsilon": 0.05, "snapshots": selection, "chosen": str(chosen)},
         "held_out_seeds": list(settings.held_out_seeds),
-        "campaign_run": str(run_dir.resolve()),  # which run this copy ships (a campaign replaces only its own)
-        "gif": str(gif) if gif.is_file() else None,
+        "campaign_run": recorded(run_dir),  # which run this copy ships (a campaign replaces only its own)
+        "gif": recorded(gif) if gif.is_file() else None,
         "details": (f"trained by the level campaign (python -m evaluate.campaign) in {run_dir}; the snapshot is the "
                     f"best of {len(cands)} by the suite on seeds {_seeds(settings.selection_seeds)}; the Levels table's "
                     f"figures are the suite on seeds {_seeds(settings.held_out_seeds)}, which chose nothing; "

@@ -17,7 +17,7 @@ import pytest
 
 import config_optimized as opt
 from evaluate import campaign, campaign_state, levels_table
-from evaluate.campaign_parts import Children, LauncherTrainer, ModuleEvaluator, TrainJob, done_reason
+from evaluate.campaign_parts import Children, LauncherTrainer, ModuleEvaluator, TrainJob, done_reason, shown
 from evaluate.campaign_ship import ShipTo, ship_level
 from evaluate.levels import parse_level
 from evaluate.run_time import training_seconds
@@ -297,3 +297,17 @@ def test_a_shipped_checkpoint_goes_through_the_real_suite_export_gif_and_table(t
     text = readme.read_text()
     assert "| 1-1 | `mario-1-1-cpu` (1-1) |" in text and "2 min on a test machine" in text
     assert "- 1-1: 1 episodes under each of the seeds 1000 (held out" in text
+
+
+def test_recorded_commands_name_no_folder_of_the_machine(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    argv = [sys.executable, "-m", "evaluate.export", str(repo / "runs" / "a b"), str(repo / "docs"), "/elsewhere/x"]
+    assert shown(argv, root=repo) == "python -m evaluate.export 'runs/a b' docs /elsewhere/x"
+
+
+def test_provenance_names_repository_paths_relative_to_it(tmp_path: Path) -> None:
+    from evaluate.campaign_ship import ROOT, recorded
+
+    assert recorded(ROOT / "runs" / "campaign" / "2-1") == "runs/campaign/2-1"
+    assert recorded(tmp_path / "run") == str((tmp_path / "run").resolve())
