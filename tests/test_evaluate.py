@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from evaluate import random_policy as rpb
@@ -24,41 +23,15 @@ from evaluate.evaluate import main as evaluate_main
 from evaluate.plots import _wall_minutes, periodic_evals, plot_learning_curve, plot_runs, read_metrics
 from evaluate.plots import main as plots_main
 from evaluate.video import FrameRecorder, to_rgb, write_gif
-from shared.config import Config, EnvConfig
+from shared.config import EnvConfig
 from shared.fake_env import COUNTING_ENV_ID
 from tests.support.cluster import ROOT, head_env
-from tests.support.learner_fakes import FakeReplay, make_learner, small_config
-
-
-def _make_run(run_dir: Path, env: EnvConfig, num_actions: int, metrics_rows: int = 12,
-              favor_action: int | None = None) -> Path:
-    """A run dir as the head leaves it: checkpoint/ (written by the Learner) and metrics.jsonl.
-
-    `favor_action` biases the advantage head so the greedy policy always picks that action.
-    """
-    cfg: Config = replace(small_config(), env=env)
-    replay = FakeReplay(obs_shape=(env.frame_size, env.frame_size), stack=env.frame_stack,
-                        num_actions=num_actions, pool=16)  # both envs give frame_size^2 uint8 frames
-    learner = make_learner(cfg, replay=replay)
-    try:
-        learner.run_updates(1)
-        if favor_action is not None:
-            with torch.no_grad():
-                learner.online.head.advantage[-1].bias[favor_action] += 1e4
-        learner.save_checkpoint(run_dir, counters={"env_steps": 4096, "episodes": 12})
-    finally:
-        learner.close()
-    with open(run_dir / "metrics.jsonl", "w") as fh:
-        for i in range(1, metrics_rows + 1):
-            fh.write(json.dumps({"env_steps": 1024 * i, "mean_x_pos_20": 300.0 + 10 * i,
-                                 "mean_return_20": 250.0 + 5 * i if i > 1 else None}) + "\n")
-        fh.write('{"env_steps": 99')  # a live run's half-written last line
-    return run_dir
+from tests.support.learner_fakes import FakeReplay, make_learner, make_run_dir, small_config
 
 
 @pytest.fixture(scope="module")
 def counting_run(tmp_path_factory) -> Path:
-    return _make_run(tmp_path_factory.mktemp("counting") / "run", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=4)
+    return make_run_dir(tmp_path_factory.mktemp("counting") / "run", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=4)
 
 
 def _gif_frames(path: Path) -> tuple[int, tuple[int, int], str]:
@@ -126,7 +99,7 @@ def test_missing_checkpoint_exits_2(tmp_path: Path, capsys) -> None:
 
 
 def test_geometry_mismatch_exits_2(tmp_path: Path, capsys) -> None:
-    run = _make_run(tmp_path / "run", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=5)  # the env has 4
+    run = make_run_dir(tmp_path / "run", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=5)  # the env has 4
     assert evaluate_main([str(run)]) == 2
     err = capsys.readouterr().err
     assert "model.pt" in err and "5 actions" in err and "4 actions" in err
@@ -226,7 +199,7 @@ def test_random_baseline_script(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_mario_fresh_network_real_frames_gif(tmp_path: Path) -> None:
     # 1-1, simple (7 actions), 84x84 x4; greedy = "right" so Mario visibly moves
-    run = _make_run(tmp_path / "run", EnvConfig(), num_actions=7, favor_action=1)
+    run = make_run_dir(tmp_path / "run", EnvConfig(), num_actions=7, favor_action=1)
     out = tmp_path / "eval"
     proc = subprocess.run([sys.executable, "-m", "evaluate.evaluate", str(run), "--episodes", "2",
                            "--epsilon", "0.2", "--max-steps", "200", "--out", str(out)],

@@ -14,6 +14,7 @@ from tests.support.replay_streams import (
     check_frame,
     complete_transitions,
     interleaved_chunks,
+    live_keys,
     make_frame,
     make_streams,
     verify_row,
@@ -21,13 +22,6 @@ from tests.support.replay_streams import (
 
 SHAPE = (4, 8)
 
-
-def live_keys(buf: ReplayBuffer) -> set[tuple[int, int, int]]:
-    """(stream, episode, t) of every sampleable transition, read from the buffer's internals."""
-    buf._reader.drain()
-    slots = np.flatnonzero(buf._reader.tree.leaves() > 0)
-    frames = buf.storage.frames.cpu().numpy()
-    return {check_frame(frames[s]) for s in slots}
 
 
 def sample_and_verify(buf: ReplayBuffer, streams, batches: int, batch_size: int, gamma: float) -> set:

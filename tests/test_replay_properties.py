@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.buffer import ReplayBuffer
-from tests.support.replay_streams import interleaved_chunks, make_streams, verify_row
-from tests.test_replay_buffer import live_keys
+from tests.support.replay_streams import interleaved_chunks, live_keys, make_streams, verify_row
 
 SHAPE = (3, 8)
 

@@ -27,7 +27,7 @@ from shared.config import Config, EnvConfig
 from shared.env_factory import make_env
 from shared.fake_env import COUNTING_ENV_ID
 from tests.support.cluster import ROOT, head_env
-from tests.test_evaluate import _make_run
+from tests.support.learner_fakes import make_run_dir
 
 SHIPPED = ROOT / "docs" / "checkpoints" / "mario-1-1-cpu"
 SHIPPED_ENV = Config.from_dict(json.loads((SHIPPED / "checkpoint" / "config.json").read_text())).env
@@ -37,7 +37,7 @@ PER_CHECKPOINT = ("flag_rate", "mean_x_pos", "max_x_pos", "mean_return", "mean_l
 @pytest.fixture(scope="module")
 def fresh_run(tmp_path_factory) -> Path:
     """A right_only Mario checkpoint (another 'training seed' than the shipped one): greedy runs right."""
-    return _make_run(tmp_path_factory.mktemp("fresh") / "run", SHIPPED_ENV,
+    return make_run_dir(tmp_path_factory.mktemp("fresh") / "run", SHIPPED_ENV,
                      num_actions=5, favor_action=1)
 
 
@@ -209,10 +209,10 @@ def test_bad_input_exits_2_with_one_line(fresh_run: Path, tmp_path: Path, capsys
 
 
 def test_non_mario_and_mixed_checkpoints_exit_2(fresh_run: Path, tmp_path: Path, capsys) -> None:
-    counting = _make_run(tmp_path / "counting", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=4)
+    counting = make_run_dir(tmp_path / "counting", EnvConfig(env_id=COUNTING_ENV_ID), num_actions=4)
     _fails([str(counting), "--levels", "1-1", "--out", str(tmp_path / "o")], capsys, COUNTING_ENV_ID,
            "not Super Mario Bros")
-    simple = _make_run(tmp_path / "simple", EnvConfig(), num_actions=7)  # 7 actions: the simple set
+    simple = make_run_dir(tmp_path / "simple", EnvConfig(), num_actions=7)  # 7 actions: the simple set
     _fails([str(fresh_run), str(simple), "--levels", "1-1", "--out", str(tmp_path / "o")], capsys, "disagree")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from shared.batch import SampleBatch
-from shared.config import Config, LearnerConfig, ReplayConfig
+from shared.config import Config, EnvConfig, LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
 
 SMALL_OBS = (36, 36)  # smallest frame the Nature CNN accepts: fast tests, same code path as 84x84
@@ -106,3 +106,29 @@ def make_learner(cfg: Config | None = None, replay=None, seed: int = 0, num_acti
     spec = EnvSpec(replay.obs_shape, np.uint8, num_actions if num_actions is not None else replay.num_actions,
                    replay.stack)
     return learner_of(cfg, spec, replay, torch.device("cpu"), **kw)
+
+
+def make_run_dir(run_dir: Path, env: EnvConfig, num_actions: int, metrics_rows: int = 12,
+                 favor_action: int | None = None) -> Path:
+    """A run dir as the head leaves it: checkpoint/ (written by the Learner) and metrics.jsonl.
+
+    `favor_action` biases the advantage head so the greedy policy always picks that action.
+    """
+    cfg: Config = replace(small_config(), env=env)
+    replay = FakeReplay(obs_shape=(env.frame_size, env.frame_size), stack=env.frame_stack,
+                        num_actions=num_actions, pool=16)  # both envs give frame_size^2 uint8 frames
+    learner = make_learner(cfg, replay=replay)
+    try:
+        learner.run_updates(1)
+        if favor_action is not None:
+            with torch.no_grad():
+                learner.online.head.advantage[-1].bias[favor_action] += 1e4
+        learner.save_checkpoint(run_dir, counters={"env_steps": 4096, "episodes": 12})
+    finally:
+        learner.close()
+    with open(run_dir / "metrics.jsonl", "w") as fh:
+        for i in range(1, metrics_rows + 1):
+            fh.write(json.dumps({"env_steps": 1024 * i, "mean_x_pos_20": 300.0 + 10 * i,
+                                 "mean_return_20": 250.0 + 5 * i if i > 1 else None}) + "\n")
+        fh.write('{"env_steps": 99')  # a live run's half-written last line
+    return run_dir

@@ -12,11 +12,15 @@ shared.chunk.nstep_targets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.fake_env import decode_frame
+
+if TYPE_CHECKING:
+    from replay.buffer import ReplayBuffer
 
 
 def make_frame(shape: tuple[int, ...], stream: int, episode: int, t: int) -> np.ndarray:
@@ -187,3 +191,11 @@ def complete_transitions(streams: list[Stream], n: int) -> set[tuple[int, int, i
 
 
 # ---------------------------------------------------------------------- simulator self-checks
+
+
+def live_keys(buf: ReplayBuffer) -> set[tuple[int, int, int]]:
+    """(stream, episode, t) of every sampleable transition, read from the buffer's internals."""
+    buf.reader.drain()
+    slots = np.flatnonzero(buf.reader.tree.leaves() > 0)
+    frames = buf.storage.frames.cpu().numpy()
+    return {check_frame(frames[s]) for s in slots}
