@@ -62,6 +62,7 @@ import zmq
 
 from bench import attack as A
 from bench.procs import children_of, rss_mb
+from bench.waits import wait_for
 from shared import tempdirs
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
 from shared.protocol import CREDIT, decode_header
@@ -92,15 +93,6 @@ def heads_tmpdir(work: Path) -> Path:
         if fits(os.path.join(base, "soak-12345678")) and os.path.isdir(base):
             return Path(tempfile.mkdtemp(prefix="soak-", dir=base))
     raise SystemExit("error: no temp dir short enough for the heads' unix socket paths (set TMPDIR=/tmp)")
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 def signal_pid(pid: int, sig: int) -> bool:

@@ -34,7 +34,6 @@ def start_head(args: list[str], log_path: Path) -> subprocess.Popen:
         log.close()
 
 
-
 def wait_endpoints(run_dir: Path, proc: subprocess.Popen, timeout: float = 180.0) -> dict[str, str]:
     """The endpoints a head started with --port 0 bound (its run dir's endpoints.json, written once its sockets
     are up); AssertionError if the head exits or the deadline passes first."""

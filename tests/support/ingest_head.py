@@ -28,7 +28,6 @@ SPEC = P.ObsSpec((84, 84), np.dtype(np.uint8), 4, max_streams=4)
 TEMPLATE = {"w": torch.zeros(4)}  # a HeadLink's network layout; these tests publish no weights
 
 
-
 class Gate:
     """The insert side of a rate limiter, as a test controls it."""
 

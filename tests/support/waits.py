@@ -1,19 +1,12 @@
-"""Waiting on events, never on durations: poll a condition until it holds or a generous deadline passes."""
+"""The tests' waits: `wait_for` (bench/waits.py) and `wait_until`, which raises naming what it waited for."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from bench.waits import wait_for
 
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.2) -> bool:
-    """Whether `predicate()` held within `timeout` seconds (checked once more at the deadline)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+__all__ = ["wait_for", "wait_until"]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.01) -> None:
