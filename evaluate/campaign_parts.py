@@ -26,20 +26,21 @@ from typing import Protocol
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def shown(argv: Sequence[str], root: Path | None = None) -> str:
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
+
+def recorded(path: Path) -> str:
+    """How provenance.json names a path: relative to the repository when inside it (a record names no folder of
+    the machine it was made on, and the same campaign folder in another clone is the same run), else absolute."""
+    p = path.resolve()
+    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(p)
+
+
+def shown(argv: Sequence[str]) -> str:
     """`argv` as the provenance records it: this interpreter's path as `python` (as World 1's commands read) and
-    paths inside `root` (default: the working directory, the repository) relative to it, so a record names no
-    folder of the machine it was made on."""
-    base = (root or Path.cwd()).resolve()
-
-    def one(i: int, a: str) -> str:
-        if i == 0 and a == sys.executable:
-            return "python"
-        if os.path.isabs(a) and Path(a).resolve().is_relative_to(base):
-            return Path(a).resolve().relative_to(base).as_posix() or "."
-        return a
-
-    return shlex.join([one(i, a) for i, a in enumerate(argv)])
+    absolute paths as `recorded` names them."""
+    return shlex.join(["python" if i == 0 and a == sys.executable else recorded(Path(a)) if os.path.isabs(a) else a
+                       for i, a in enumerate(argv)])
 
 
 class StopRequested(Exception):

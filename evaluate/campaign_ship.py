@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluate.campaign_parts import Evaluator
+from evaluate.campaign_parts import ROOT, Evaluator, recorded
 from evaluate.campaign_state import LevelProgress, Settings
 from evaluate.evaluate import find_baseline
 from evaluate.levels import Level, level_env_config
@@ -32,7 +32,6 @@ from evaluate.run_time import training_seconds
 from shared.config import Config
 from shared.ranking import score
 
-ROOT = Path(__file__).resolve().parent.parent
 BEST_DIR, KEPT_DIR = "best", "kept"  # the head's periodic evaluator's folders in a run (launcher/evaluator.py)
 
 
@@ -78,13 +77,6 @@ def preset_of(env_id: str) -> str:
     from config_optimized import ENV_PRESETS
 
     return f"{env_id} (config_optimized.ENV_PRESETS)" if env_id in ENV_PRESETS else "none"
-
-
-def recorded(path: Path) -> str:
-    """How provenance.json names a path: relative to the repository when inside it (a record names no folder of
-    the machine it was made on, and the same campaign folder in another clone is the same run), else absolute."""
-    p = path.resolve()
-    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(p)
 
 
 def foreign_ship(level: Level, run_dir: Path, to: ShipTo) -> Path | None:

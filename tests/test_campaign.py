@@ -299,15 +299,10 @@ def test_a_shipped_checkpoint_goes_through_the_real_suite_export_gif_and_table(t
     assert "- 1-1: 1 episodes under each of the seeds 1000 (held out" in text
 
 
-def test_recorded_commands_name_no_folder_of_the_machine(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    (repo / "docs").mkdir(parents=True)
-    argv = [sys.executable, "-m", "evaluate.export", str(repo / "runs" / "a b"), str(repo / "docs"), "/elsewhere/x"]
-    assert shown(argv, root=repo) == "python -m evaluate.export 'runs/a b' docs /elsewhere/x"
+def test_recorded_commands_and_paths_name_no_folder_of_the_machine(tmp_path: Path) -> None:
+    from evaluate.campaign_parts import ROOT, recorded
 
-
-def test_provenance_names_repository_paths_relative_to_it(tmp_path: Path) -> None:
-    from evaluate.campaign_ship import ROOT, recorded
-
+    argv = [sys.executable, "-m", "evaluate.export", str(ROOT / "runs" / "a b"), str(ROOT / "docs"), "/elsewhere/x"]
+    assert shown(argv) == "python -m evaluate.export 'runs/a b' docs /elsewhere/x"
     assert recorded(ROOT / "runs" / "campaign" / "2-1") == "runs/campaign/2-1"
     assert recorded(tmp_path / "run") == str((tmp_path / "run").resolve())
