@@ -23,7 +23,7 @@ from pathlib import Path
 
 from config_optimized import PROFILES, cpu_auto_split, load_config
 from shared.config import Config, ConfigError, TransportConfig
-from shared.config_checks import check_memory
+from shared.config_checks import check_augment, check_memory
 from shared.env_spec import EnvSpec
 
 # Exit statuses of `python -m launcher` (the --help epilog lists them for a supervisor).
@@ -225,6 +225,7 @@ def check_runtime(cfg: Config, resume: Path | None = None) -> EnvSpec:
 
     spec = env_spec(cfg.env)
     check_memory(cfg, spec=spec)
+    check_augment(cfg.learner, spec)
     if cfg.transport.curve_keys_dir:
         from shared.keys import load_server
 

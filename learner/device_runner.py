@@ -118,7 +118,7 @@ def step_config(lc: Any, replay_config: Any, policy: PrecisionPolicy, scaler: An
         adam_eps=float(group["eps"]), device_type=policy.device_type, autocast_dtype=policy.autocast_dtype,
         use_scaler=policy.use_scaler, channels_last=channels_last, uniform_rows=uniform_rows,
         munchausen=Munchausen.of(lc), quantiles=lc.quantiles > 0, target_epsilon=float(lc.target_epsilon),
-        target_epsilon_from=int(lc.target_epsilon_from), **growth,
+        target_epsilon_from=int(lc.target_epsilon_from), augment_shift=int(lc.augment_shift), **growth,
     )
 
 
@@ -168,10 +168,13 @@ class DeviceRunner:
             return
         t0 = time.perf_counter()
         scratch = scratch_copy(self.state)
+        device = self.state.params[0].device
+        # the warm-up draws nothing real either: torch's generators (random shifts) are as they were after it
+        warm_up_rng = torch.random.fork_rng(devices=[device] if self.cuda else [], device_type=device.type)
         if self.cuda:
-            side = torch.cuda.Stream(self.state.params[0].device)
+            side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            with warm_up_rng, torch.cuda.stream(side):
                 for _ in range(2):  # compile, autotune and initialize the libraries outside the capture
                     self._fn(self.cfg, scratch, self.online, self.target)
             torch.cuda.current_stream().wait_stream(side)
@@ -181,7 +184,8 @@ class DeviceRunner:
             self._graph = graph
             torch.cuda.synchronize()
         else:
-            self._fn(self.cfg, scratch, self.online, self.target)
+            with warm_up_rng:
+                self._fn(self.cfg, scratch, self.online, self.target)
         del scratch
         self._ready = True
         self.compile_s += time.perf_counter() - t0

@@ -4,7 +4,8 @@
 
 1. draw the effective batch from the device ring (replay/device_batch.py): prioritized stratified
    slots, stacks, n-step targets, importance weights annealed by the update counter, freshness;
-2. the Double/Dueling (or Munchausen, or quantile) loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
+2. the inputs shifted at random where `learner.augment_shift` asks (learner/augment.py, the eager path's function);
+   the Double/Dueling (or Munchausen, or quantile) loss of each micro-batch (`learner.dqn.dqn_loss`, the eager path's function)
    and its gradient by `torch.func.grad`, summed over the micro-batches (each divides by the
    effective batch, so the sum is the one-big-batch gradient, as in learner/update.py);
 3. fp16: the loss is scaled and the gradients unscaled, the scale backed off or grown as
@@ -36,6 +37,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from learner.augment import augment_pair
 from learner.dqn import Munchausen, dqn_loss, scheduled_target_epsilon
 from replay.device_batch import DeviceBatch, sample_batch
 from replay.device_ring import MASS
@@ -74,6 +76,7 @@ class StepConfig:
     quantiles: bool = False  # QR-DQN: the networks give return quantiles and the loss is the quantile Huber loss
     target_epsilon: float = 0.0  # the bootstrap values the epsilon-greedy policy (learner/dqn.py)
     target_epsilon_from: int = 0  # ... from this update on (the counter in StepState.updates); 0: every update
+    augment_shift: int = 0  # random-shift augmentation of the inputs by up to this many pixels (learner/augment.py)
 
 
 @dataclass
@@ -129,9 +132,10 @@ def batch_gradients(cfg: StepConfig, s: StepState, online: nn.Module, target: nn
     grad_fn = torch.func.grad(micro_loss, has_aux=True)
     grads: dict[str, torch.Tensor] | None = None
     losses, tds, qs = [], [], []
+    all_obs, all_next_obs = augment_pair(batch.obs, batch.next_obs, cfg.augment_shift)
     for k in range(cfg.accum):
         rows = slice(k * cfg.micro, (k + 1) * cfg.micro)
-        obs, next_obs = batch.obs[rows], batch.next_obs[rows]
+        obs, next_obs = all_obs[rows], all_next_obs[rows]
         if cfg.channels_last:
             obs = obs.contiguous(memory_format=torch.channels_last)
             next_obs = next_obs.contiguous(memory_format=torch.channels_last)

@@ -50,6 +50,7 @@ from learner.update import apply_update, compile_networks
 from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
+from shared.config_checks import check_augment
 from shared.env_spec import EnvSpec
 from shared.network import build_q_network_for, use_space_to_depth
 
@@ -93,6 +94,7 @@ class Learner:
         built for; `config_json`: the run's config as checkpoints record it (config.json, `Config.to_json()`);
         `meter_window_s`: the window of the rates and means `stats()` reports (logging.interval_s)."""
         lc = learner_config
+        check_augment(lc, spec)  # random shifts need frames: refused (ConfigError) before anything is built
         self.lc = lc
         self.replay_config = replay_config
         self.spec = spec

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from learner.augment import augment_pair
 from learner.dqn import Munchausen, clip_gradients, dqn_loss, scheduled_target_epsilon
 from learner.precision import PrecisionPolicy
 from shared.batch import SampleBatch
@@ -117,9 +118,10 @@ def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tens
             return parts.fwd_target(x, quantiles=True)
     else:
         fwd_online, fwd_target = parts.fwd_online, parts.fwd_target
+    all_obs, all_next_obs = augment_pair(batch.obs, batch.next_obs, lc.augment_shift)
     for k in range(parts.accum):
         sl = slice(k * parts.micro, (k + 1) * parts.micro)
-        obs, next_obs = batch.obs[sl], batch.next_obs[sl]
+        obs, next_obs = all_obs[sl], all_next_obs[sl]
         if parts.channels_last:
             obs = obs.contiguous(memory_format=torch.channels_last)
             next_obs = next_obs.contiguous(memory_format=torch.channels_last)

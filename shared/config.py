@@ -153,6 +153,10 @@ class LearnerConfig:
     # Periodic resets (Nikishin et al. 2022; BBF): every this many updates re-initialize part of the online
     # network against primacy bias (0 = off); costs nothing between resets, relearning after each
     reset_every_updates: int = 0
+    # Random-shift augmentation (DrQ; learner/augment.py): the learner trains on frames moved by up to this many
+    # pixels (border repeated), an independent shift for each observation and next observation; collectors and
+    # evaluations see the frames unshifted. Image observations only; DrQ uses 4 on 84x84. 0 = off
+    augment_shift: int = 0
     reset_head: bool = True  # a reset re-initializes the dueling head's layers (else they shrink-perturb too)
     shrink_perturb: float = 1.0  # torso <- this x torso + (1 - this) x fresh init at a reset: 1 = untouched, BBF 0.5
     dueling: bool = True  # dueling value/advantage head

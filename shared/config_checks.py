@@ -353,9 +353,9 @@ def _check_link(c: CollectorConfig, t: TransportConfig) -> None:
 
 
 def check_levers(cfg: Config) -> None:
-    """The optional learning levers (learner/dqn.py: Munchausen and quantile targets; learner/resets.py): ranges,
-    Munchausen or quantiles but not both, a reset that changes something, and resets and NoisyNet layers in the eager
-    step only."""
+    """The optional learning levers (learner/dqn.py: Munchausen and quantile targets; learner/resets.py; learner/
+    augment.py): ranges, Munchausen or quantiles but not both, a reset that changes something, random shifts of frames
+    only (where the config alone tells the env's spec: Mario)."""
     lrn = cfg.learner
     _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
     _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
@@ -372,6 +372,7 @@ def check_levers(cfg: Config) -> None:
         _fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "
               "targets are defined on one value per action; the Mario preset sets 0.9: add "
               "--set learner.munchausen_alpha=0 to train quantiles)")
+    check_augment(lrn, _spec_from_config(cfg))
     _int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
     if not isinstance(lrn.reset_head, bool):
         _fail("learner.reset_head", lrn.reset_head, "true or false")
@@ -379,6 +380,21 @@ def check_levers(cfg: Config) -> None:
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
         _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
+
+
+def check_augment(lrn: LearnerConfig, spec: EnvSpec | None = None) -> None:
+    """learner.augment_shift: a pixel count, for image observations only, at most a quarter of the frame's side.
+    `spec` None: only the range (the CLI calls this again with the env's spec, the learner with its own)."""
+    _int_range("learner.augment_shift", lrn.augment_shift, 0, 32)
+    if spec is None or lrn.augment_shift == 0:
+        return
+    if not spec.image:
+        _fail("learner.augment_shift", lrn.augment_shift, f"0 for observations of shape {tuple(spec.obs_shape)} "
+              "(random shifts move the pixels of 2-D frames)")
+    side = min(spec.obs_shape[0], spec.obs_shape[1])
+    if lrn.augment_shift > side // 4:
+        _fail("learner.augment_shift", lrn.augment_shift, f"an integer in [0, {side // 4}] for "
+              f"{spec.obs_shape[0]}x{spec.obs_shape[1]} frames (a quarter of the shorter side)")
 
 
 def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:

@@ -27,59 +27,21 @@ from replay.device_batch import sample_batch
 from replay.device_ring import MASS, RET
 from shared.config import Config, LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
-from tests.support.replay_streams import chunks_for, make_streams
+from tests.support.learner_pairs import (
+    ACTIONS,
+    GAMMA,
+    IMAGE,
+    N_STEP,
+    STACK,
+    VECTOR,
+    assert_same_learners,
+    config,
+    filled_replay,
+    learner_on,
+    sim_chunks,
+)
 
-IMAGE = (36, 36)  # the smallest frame the Nature CNN takes: the Mario code path, small
-VECTOR = (64,)  # uint8 vectors: the MLP path, quick to compile
-STACK, N_STEP, GAMMA, ACTIONS = 4, 3, 0.97, 5
 WAIT_S = 60.0
-
-
-def sim_chunks(shape: tuple[int, ...], seed: int = 21, streams: int = 4) -> list:
-    rng = np.random.default_rng(seed)
-    sims = make_streams(streams, shape, rng, episodes=4, max_len=60)
-    return [c for s in sims for c, _ in chunks_for(s, STACK, N_STEP, rng, max_new=40, min_new=8)]
-
-
-def filled_replay(shape: tuple[int, ...], capacity: int = 3000, seed: int = 5, prioritized: bool = True) -> ReplayBuffer:
-    buf = ReplayBuffer(capacity, shape, np.uint8, STACK, N_STEP, GAMMA, max_chunk_frames=64, seed=seed,
-                       prioritized=prioritized)
-    buf.add_chunks(sim_chunks(shape))
-    return buf
-
-
-def config(**overrides) -> Config:
-    base = LearnerConfig(device="cpu", batch_size=8, hidden=32, precision="fp32", warmup_transitions=0,
-                         samples_per_insert=0.0, prefetch=False, weight_broadcast_every=3, target_update_every=2,
-                         max_grad_norm=1.0)
-    return Config(learner=replace(base, **overrides), replay=ReplayConfig(beta_steps=10))
-
-
-def learner_on(cfg: Config, replay: ReplayBuffer, seed: int = 0):
-    from learner.trainer import Learner
-
-    torch.manual_seed(seed)
-    spec = EnvSpec(replay.obs_shape, np.uint8, ACTIONS, STACK)
-    return Learner(cfg.learner, cfg.replay, spec, replay, "cpu", config_json=cfg.to_json())
-
-
-def assert_same_learners(eager, device, rtol: float, atol: float) -> None:
-    """Weights, target, Adam state and priorities of two learners within float tolerance."""
-    for name, t in eager.online.state_dict().items():
-        torch.testing.assert_close(device.online.state_dict()[name], t, rtol=rtol, atol=atol, msg=name)
-    for name, t in eager.target.state_dict().items():
-        torch.testing.assert_close(device.target.state_dict()[name], t, rtol=rtol, atol=atol, msg=name)
-    se, sd = eager.optimizer.state_dict()["state"], device.optimizer.state_dict()["state"]
-    assert se.keys() == sd.keys()
-    for k in se:
-        assert float(se[k]["step"]) == float(sd[k]["step"])
-        torch.testing.assert_close(sd[k]["exp_avg"], se[k]["exp_avg"], rtol=rtol, atol=atol)
-        torch.testing.assert_close(sd[k]["exp_avg_sq"], se[k]["exp_avg_sq"], rtol=rtol, atol=atol * atol)
-    leaves_e = eager.replay._reader.tree.leaves()
-    mass_d = device._source.ring.table[MASS].numpy()
-    assert np.array_equal(leaves_e > 0, mass_d > 0)
-    np.testing.assert_allclose(mass_d, leaves_e, rtol=max(rtol, 1e-6))
-
 
 PRECISIONS = ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
     not cpu_has_native_bf16(), reason="bf16 on a CPU without native kernels runs 10-30x slower"))]
@@ -144,14 +106,16 @@ def test_with_a_target_lever_the_device_step_equals_the_eager_learner(lever: str
 
 
 # the options that act between the updates: NoisyNet's draw before each, the periodic reset after the period's last
+# and random shifts of the inputs (drawn from torch's generator inside the update, as NoisyNet's noise is before it)
 BETWEEN = {"noisy": {"noisy_sigma": 0.5}, "resets": {"reset_every_updates": 2, "shrink_perturb": 0.5},
-           "noisy_resets": {"noisy_sigma": 0.5, "reset_every_updates": 3}}
+           "noisy_resets": {"noisy_sigma": 0.5, "reset_every_updates": 3}, "augment": {"augment_shift": 4},
+           "augment_accum": {"augment_shift": 2, "grad_accum_steps": 2, "noisy_sigma": 0.5}}
 
 
 @pytest.mark.parametrize("option", BETWEEN)
-def test_with_noise_or_resets_the_device_step_equals_the_eager_learner(option: str) -> None:
-    """learner.noisy_sigma > 0 (fresh noise in place before every update) and learner.reset_every_updates > 0 (the
-    reset in place after every period): the device step trains to the eager learner's weights, Adam state and
+def test_with_noise_resets_or_shifts_the_device_step_equals_the_eager_learner(option: str) -> None:
+    """learner.noisy_sigma > 0 (fresh noise in place before every update), learner.reset_every_updates > 0 (the
+    reset in place after every period) and learner.augment_shift > 0 (random shifts inside the update): the device step trains to the eager learner's weights, Adam state and
     priorities, and to other weights than the same step without the option."""
     eager = learner_on(config(**BETWEEN[option]), filled_replay(IMAGE))
     device = learner_on(config(step_mode="device", **BETWEEN[option]), filled_replay(IMAGE))
@@ -412,8 +376,8 @@ def test_step_autotune_compiles_the_captured_step_with_max_autotune_and_it_match
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("lever", [*LEVERS, *BETWEEN])
 def test_with_a_target_lever_the_step_traces_as_one_graph(monkeypatch, lever: str) -> None:
-    """The Munchausen or quantile target or NoisyNet's noisy layers inside the captured step, resets between its
-    calls: dynamo traces it with fullgraph=True (it raises on a graph break); the eager backend runs the traced graph
+    """The Munchausen or quantile target, NoisyNet's noisy layers or random shifts inside the captured step, resets
+    between its calls: dynamo traces it with fullgraph=True (it raises on a graph break); the eager backend runs the traced graph
     without inductor's code generation, which the test above already covers, so this takes seconds. Its updates
     equal the op-by-op step's."""
     import functools
@@ -422,9 +386,14 @@ def test_with_a_target_lever_the_step_traces_as_one_graph(monkeypatch, lever: st
     torch._dynamo.reset()
     states = {}
     for mode in ("device", "captured"):
-        learner = learner_on(config(step_mode=mode, hidden=16, **{**LEVERS, **BETWEEN}[lever]), filled_replay(VECTOR))
+        options = {**LEVERS, **BETWEEN}[lever]
+        shape = IMAGE if "augment_shift" in options else VECTOR  # random shifts move the pixels of frames
+        learner = learner_on(config(step_mode=mode, hidden=16, **options), filled_replay(shape))
         try:
-            outs = [learner.train_step() for _ in range(3)]
+            outs = []
+            for u in range(3):  # the draws inside the step come from torch's generator: the same ones in both modes
+                torch.manual_seed(1000 + u)
+                outs.append(learner.train_step())
             states[mode] = (learner.online.state_dict(), outs, learner.stats())
         finally:
             learner.close()
@@ -522,7 +491,7 @@ def test_a_head_trains_with_the_device_step_checkpoints_and_resumes(tmp_path, de
     """The real system with the step: collectors over sockets, the ingest thread writing while the learner
     steps, the replay saved by the final checkpoint and restored by a resume that trains on."""
     from launcher.head import Head, StopAt
-    from tests.test_resume import cartpole
+    from tests.support.head_runs import cartpole
 
     base = cartpole()
     cfg = replace(base, learner=replace(base.learner, device=device, step_mode=mode))

@@ -17,6 +17,7 @@ import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.env_spec import EnvSpec
 from shared.network import ImpalaCNN, NatureCNN, build_q_network, conv_space_to_depth, use_space_to_depth
+from tests.support.head_runs import run_inprocess_head
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 MARIO = (84, 84), 4, 7  # obs_shape, stack, actions: Mario's 84x84 frames, 4 per state, the simple action set
@@ -178,7 +179,7 @@ def test_a_learner_with_the_impala_encoder_trains_and_its_checkpoint_resumes(tmp
 
 
 def test_the_device_step_trains_an_impala_learner_like_the_eager_one() -> None:
-    from tests.test_device_step import IMAGE, assert_same_learners, config, filled_replay, learner_on
+    from tests.support.learner_pairs import IMAGE, assert_same_learners, config, filled_replay, learner_on
 
     eager = learner_on(config(encoder="impala"), filled_replay(IMAGE))
     device = learner_on(config(encoder="impala", step_mode="device"), filled_replay(IMAGE))
@@ -224,37 +225,6 @@ def test_a_quantile_head_gives_n_quantiles_per_action_and_their_mean_as_q(duelin
     plain = build_q_network((84, 84), 4, 5, 32, dueling)
     with pytest.raises(ValueError, match="one value per action"):
         plain(obs, quantiles=True)
-
-
-def run_inprocess_head(tmp_path, **learner_options) -> dict:
-    """A whole run in one process (collectors as threads behind the real HELLO/WELCOME/WEIGHTS messages) on the
-    counting env's 84x84 frames with these learner options, to 2,000 env steps: it stopped there, trained, rejected
-    nothing, and its collectors acted with a broadcast version (one that refused the learner's weights would still
-    act with 0). Returns the checkpoint's geometry record."""
-    import json
-    import threading
-
-    from launcher.head import Head, StopAt
-    from shared.config import ReplayConfig, TransportConfig
-
-    cfg = replace(Config(), env=EnvConfig(env_id="ApeXCounting-v0"),
-                  collectors=CollectorConfig(count=2, envs_per_collector=2, chunk_steps=16),
-                  replay=ReplayConfig(capacity=4096),
-                  learner=LearnerConfig(device="cpu", precision="fp32", hidden=16, batch_size=8,
-                                        warmup_transitions=200, samples_per_insert=0.0, weight_broadcast_every=2,
-                                        **learner_options),
-                  transport=TransportConfig(port=0))
-    head = Head(cfg.check_valid(), tmp_path / "run", inprocess=True)
-    try:
-        summary = head.run(StopAt(env_steps=2_000, seconds=600), threading.Event())
-        stats = head.consolidation.stats()
-    finally:
-        head.close()
-    assert summary["reason"] == "max_env_steps", summary
-    assert summary["updates"] >= 2 and stats.rejected == 0
-    versions = [c["weight_version"] for c in stats.collectors.values()]
-    assert max(versions) >= 2, versions
-    return json.loads((tmp_path / "run" / "checkpoint" / "meta.json").read_text())["geometry"]
 
 
 @pytest.mark.slow
