@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 from dataclasses import replace
 
@@ -13,20 +11,16 @@ import numpy as np
 import pytest
 
 import shared.fake_env  # noqa: F401
+from replay.buffer import ReplayBuffer
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 from shared.fake_env import decode_frame
 from shared.network import build_q_network
 from shared.protocol import ObsSpec
+from tests.support.cluster import launch_collectors
 from tests.support.local_head import LocalHead
 from tests.support.waits import wait_until
 
-try:
-    from replay.buffer import ReplayBuffer
-except ImportError:  # pragma: no cover
-    ReplayBuffer = None
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = ObsSpec((84, 84), np.dtype(np.uint8), 4)
 EPISODE_LENGTH = 37
 
@@ -43,29 +37,21 @@ def counting_config(head_timeout_s: float = 5.0) -> Config:
 
 
 class TeeSink:
-    """Forwards to the real ReplayBuffer (when it exists) and keeps what it accepted."""
+    """Forwards to the real ReplayBuffer and keeps what it accepted."""
 
     def __init__(self) -> None:
-        self.buffer = ReplayBuffer(8192, (84, 84), np.uint8, 4, 3, 0.99) if ReplayBuffer is not None else None
+        self.buffer = ReplayBuffer(8192, (84, 84), np.uint8, 4, 3, 0.99)
         self.chunks: list[TransitionChunk] = []
         self.lock = threading.Lock()
 
     def add_chunks(self, chunks: list[TransitionChunk]) -> list[int | ValueError]:
-        added = self.buffer.add_chunks(chunks) if self.buffer is not None else [0] * len(chunks)
+        added = self.buffer.add_chunks(chunks)
         with self.lock:
             self.chunks.extend(c for c, a in zip(chunks, added, strict=True) if not isinstance(a, ValueError))
         return added
 
     def __len__(self) -> int:
         return len(self.chunks)
-
-
-def launch(connect: str, n: int, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    argv = [sys.executable, "-m", "actors", "--connect", connect, "--collectors", str(n),
-            "--parent-pid", str(os.getpid()), "--log-level", "WARNING", *extra]
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-
 
 
 def starts_by_stream(chunks_by_collector: dict[int, list[TransitionChunk]]) -> dict[tuple[int, int], list]:
@@ -91,13 +77,12 @@ def test_two_collectors_deliver_every_transition_exactly_once_in_order() -> None
     cfg = counting_config()
     sink = TeeSink()
     with LocalHead(cfg, sink, SPEC, port=0) as head:
-        proc = launch(head.connect, 2)
+        proc = launch_collectors(head.connect, 2)
         try:
             wait_until(lambda: head.consolidation.stats().registrations == 2, 60, "2 registrations")
             net = build_q_network((84, 84), 4, 4, hidden=32)
             head.publisher.publish(1, net.state_dict())
-            wait_until(lambda: head.consolidation.stats().transitions >= 1500 if sink.buffer is not None
-                     else head.consolidation.stats().chunks >= 200, 90, "transitions")
+            wait_until(lambda: head.consolidation.stats().transitions >= 1500, 90, "transitions")
             wait_until(lambda: all(c["weight_version"] == 1 for c in head.consolidation.stats().collectors.values()),
                      30, "collectors acting with published weights")
             head.publisher.stop_collectors()
@@ -127,16 +112,15 @@ def test_two_collectors_deliver_every_transition_exactly_once_in_order() -> None
         expected = [(e, t) for e in range(pairs[-1][0] + 1) for t in range(EPISODE_LENGTH)][: len(pairs)]
         assert pairs == expected, f"collector {cid} stream {stream}: not contiguous/in order"
         total += len(pairs)
-    if sink.buffer is not None:
-        assert total == stats.transitions == sink.buffer.transitions_added
-        sink.buffer.check_valid()
+    assert total == stats.transitions == sink.buffer.transitions_added
+    sink.buffer.check_valid()
 
 
 def test_collectors_exit_when_head_goes_silent_and_on_sigterm() -> None:
     cfg = counting_config(head_timeout_s=2.0)
     sink = TeeSink()
     head = LocalHead(cfg, sink, SPEC, port=0)
-    silent = launch(head.connect, 1)
+    silent = launch_collectors(head.connect, 1)
     try:
         wait_until(lambda: head.consolidation.stats().chunks >= 2, 60, "first chunks")
     finally:
@@ -146,7 +130,7 @@ def test_collectors_exit_when_head_goes_silent_and_on_sigterm() -> None:
     assert silent.wait(timeout=120) == 0
 
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head2:
-        proc = launch(head2.connect, 2)
+        proc = launch_collectors(head2.connect, 2)
         wait_until(lambda: head2.consolidation.stats().chunks >= 2, 60, "chunks")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
@@ -156,7 +140,7 @@ def test_local_children_die_with_their_launcher() -> None:
     """SIGKILL the launcher: PR_SET_PDEATHSIG makes its collector exit instead of orphaning."""
     cfg = counting_config(head_timeout_s=1200.0)  # only the parent-death signal can stop it in time
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head:
-        proc = launch(head.connect, 1)
+        proc = launch_collectors(head.connect, 1)
         wait_until(lambda: head.consolidation.stats().chunks >= 1, 60, "chunks")
         child = next(iter(head.consolidation.stats().collectors.values()))["pid"]
         proc.kill()
@@ -180,7 +164,7 @@ def test_collector_over_curve(tmp_path) -> None:
     keys = generate(tmp_path / "keys")
     cfg = replace(counting_config(), transport=TransportConfig(head_timeout_s=5.0, curve_keys_dir=str(keys)))
     with LocalHead(cfg, TeeSink(), SPEC, port=0) as head:
-        proc = launch(head.connect, 1, "--curve-keys", str(keys))
+        proc = launch_collectors(head.connect, 1, "--curve-keys", str(keys))
         try:
             wait_until(lambda: head.consolidation.stats().chunks >= 3, 60, "chunks over CURVE")
             head.publisher.publish(2, build_q_network((84, 84), 4, 4, hidden=32).state_dict())

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 def test_mario_collector_fills_buffer_with_real_frames(backend: str) -> None:
     from replay.buffer import ReplayBuffer
     from shared import env_factory
+    from tests.support.cluster import launch_collectors
     from tests.support.local_head import LocalHead
-    from tests.test_collector_integration import launch
 
     # ez-greedy on (collectors.explore_repeat_mu travels in the WELCOME): held exploratory actions on the real emulator
     cfg = replace(Config(), env=EnvConfig(backend=backend),
@@ -38,7 +38,7 @@ def test_mario_collector_fills_buffer_with_real_frames(backend: str) -> None:
     assert spec.obs_shape == (84, 84) and spec.obs_dtype == np.uint8
     buffer = ReplayBuffer(4096, spec.obs_shape, spec.obs_dtype, spec.stack, cfg.replay.n_step, cfg.replay.gamma)
     with LocalHead(cfg, buffer, ObsSpec.of(spec), port=0) as head:
-        proc = launch(head.connect, 1)
+        proc = launch_collectors(head.connect, 1)
         try:
             deadline = time.monotonic() + 180
             while buffer.transitions_added < 200:

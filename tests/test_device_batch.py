@@ -17,8 +17,7 @@ import torch
 from replay.buffer import ReplayBuffer
 from replay.device_batch import draw_rows, gather_rows, sample_batch
 from replay.device_ring import ACTION, BOOT, DISC, FLOOR, MASS, RET, SEG_ABS, DeviceRing
-from tests.support.replay_streams import chunks_for, make_streams
-from tests.test_replay_concurrency import check_stacks, expected_table, headers
+from tests.support.replay_streams import check_stacks, chunks_for, expected_table, headers, make_streams
 
 SHAPE = (8, 8)  # 64 bytes: the 24-byte (stream, episode, t) header and a checked body
 STACK, N_STEP, GAMMA = 4, 3, 0.97

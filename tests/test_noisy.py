@@ -16,8 +16,8 @@ from learner.checkpoint import load_checkpoint
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
 from shared.network import NoisyLinear, build_q_network
 from tests.support.fake_link import FakeLink
+from tests.support.head_runs import run_inprocess_head
 from tests.support.learner_fakes import FakeReplay, make_learner, small_config
-from tests.test_network import run_inprocess_head
 
 
 def _f(x: torch.Tensor) -> torch.Tensor:

@@ -18,20 +18,10 @@ from learner.checkpoint import CheckpointError
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
+from shared.config import Config, LearnerConfig, ReplayConfig
 from shared.env_spec import EnvSpec
+from tests.support.head_runs import cartpole
 from tests.support.learner_fakes import learner_of
-
-
-def cartpole() -> Config:
-    return replace(
-        Config(),
-        env=EnvConfig(env_id="CartPole-v1", max_episode_steps=200),
-        collectors=CollectorConfig(count=1, envs_per_collector=2, chunk_steps=16),
-        replay=ReplayConfig(capacity=5_000),  # smaller than the steps run: the ring has wrapped
-        learner=LearnerConfig(device="cpu", precision="fp32", hidden=32, warmup_transitions=300, save_replay=True),
-        transport=TransportConfig(port=0),
-    )
 
 
 @pytest.mark.slow

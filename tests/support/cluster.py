@@ -72,3 +72,12 @@ def kill_tree(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+
+
+def launch_collectors(connect: str, n: int, *extra: str) -> subprocess.Popen:
+    """`python -m actors --connect CONNECT --collectors N`: n collector processes of this repository, children of
+    this test process (they exit with it), their log at WARNING."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "actors", "--connect", connect, "--collectors", str(n),
+            "--parent-pid", str(os.getpid()), "--log-level", "WARNING", *extra]
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)

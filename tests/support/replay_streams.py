@@ -199,3 +199,36 @@ def live_keys(buf: ReplayBuffer) -> set[tuple[int, int, int]]:
     slots = np.flatnonzero(buf.reader.tree.leaves() > 0)
     frames = buf.storage.frames.cpu().numpy()
     return {check_frame(frames[s]) for s in slots}
+
+
+def expected_table(streams: list[Stream], n: int, gamma: float) -> dict:
+    """(stream, episode, t) of every start -> (action, t of its bootstrap frame, n-step return, discount)."""
+    table = {}
+    for st in streams:
+        last = len(st.actions) - 1
+        for i in np.flatnonzero(st.actions >= 0):
+            i = int(i)
+            if st.window_end(i, n) <= last:
+                a, boot, ret, disc = st.expected(i, n, gamma)
+                table[(st.stream, int(st.episode[i]), int(st.t[i]))] = (a, int(st.t[boot]), ret, disc)
+    return table
+
+
+def headers(stacks: np.ndarray) -> np.ndarray:
+    """[B, S, 3] (stream, episode, t) of every frame, after checking each frame's body."""
+    b, s = stacks.shape[:2]
+    flat = stacks.reshape(b, s, -1)
+    head = np.ascontiguousarray(flat[:, :, :24]).view("<u8").astype(np.int64)
+    fill = (head[:, :, 0] * 31 + head[:, :, 1] * 7 + head[:, :, 2] * 3) % 251
+    if not np.all(flat[:, :, 24:] == fill[:, :, None].astype(np.uint8)):
+        raise AssertionError("torn frame in a sampled stack")
+    return head
+
+
+def check_stacks(head: np.ndarray, t_last: np.ndarray, stack: int) -> None:
+    """Each sampled stack is one episode's frames t-stack+1..t (floored at its first frame), from `headers`."""
+    want_t = np.maximum(t_last[:, None] - (stack - 1) + np.arange(stack)[None, :], 0)
+    same = (head[:, :, 0] == head[:, -1:, 0]) & (head[:, :, 1] == head[:, -1:, 1])
+    if not (same.all() and np.array_equal(head[:, :, 2], want_t)):
+        bad = int(np.flatnonzero(~(same.all(1) & (head[:, :, 2] == want_t).all(1)))[0])
+        raise AssertionError(f"bad stack {head[bad].tolist()}")
