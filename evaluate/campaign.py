@@ -11,6 +11,10 @@ run is adopted: trained with the same flags (--seed, --until-flags, --set ...), 
 campaign's own. The budget (--hours per level) counts the run's training time across all its segments
 (evaluate/run_time.py), not the campaign's wall time.
 
+Continuing a shipped network: `--set learner.init_from=docs/checkpoints/mario-2-1-cpu/checkpoint` starts each
+level's new run from that network (fresh optimizer, counters and replay); its provenance then counts the source's
+training into the totals (evaluate/lineage.py).
+
 Stopping: Ctrl-C (or SIGTERM) passes one SIGINT to the running child, which for training writes its checkpoint;
 the campaign then exits 130 with nothing left running, and the same command continues where it stopped (the
 level and the run it was on), as it does after a crash or a kill. One log line per level says where it stands.
@@ -50,6 +54,7 @@ from evaluate.campaign_parts import (
 )
 from evaluate.campaign_ship import ROOT, ShipTo, foreign_ship, ship_level
 from evaluate.levels import Level, LevelError, parse_levels
+from evaluate.lineage import LineageError, prior_training
 from evaluate.run_time import training_seconds
 from shared.config import ConfigError
 
@@ -300,6 +305,11 @@ def parse(argv: Sequence[str] | None) -> Plan:
             raise CampaignError(f"{level.name}: {' '.join(str(exc).split())}") from None
         check_seeds(settings, head_seeds_bound(settings, budget_s, cfg.logging.eval_every_s,
                                                cfg.logging.eval_episodes))
+        if cfg.learner.init_from:  # a network to continue: the ship must be able to say what it had trained
+            try:
+                prior_training(Path(cfg.learner.init_from))
+            except LineageError as exc:
+                raise CampaignError(f"learner.init_from: {exc}") from None
     if not args.readme.is_file():
         raise CampaignError(f"--readme {args.readme}: no such file")
     ship = ShipTo(args.docs, args.results, args.tag, args.machine or default_machine(), args.episodes,

@@ -8,7 +8,9 @@ For a run in <campaign>/<level>/:
 3. the random policy's row for the level, once (<docs>/random_policy_<level>_<action set>.json);
 4. a GIF of the best of a few episodes at epsilon 0.05: <docs>/images/mario_<level>_best_episode_<tag>.gif;
 5. provenance.json beside the checkpoint: training minutes up to the snapshot, machine, date, commit, every
-   training command, the export command, the preset, the selection and its seeds;
+   training command, the export command, the preset, the selection and its seeds; for a run started from
+   another network (learner.init_from) also that network's training (evaluate/lineage.py), counted into the
+   totals the Levels table shows;
 6. the suite on the held-out seeds into <results>/suite/mario-<level>-<tag>/suite.json: the Levels table's row.
 The selection's and the held-out seeds are disjoint from each other and from the head's (checked by the caller).
 """
@@ -28,11 +30,13 @@ from evaluate.campaign_parts import ROOT, Evaluator, recorded
 from evaluate.campaign_state import LevelProgress, Settings
 from evaluate.evaluate import find_baseline
 from evaluate.levels import Level, level_env_config
+from evaluate.lineage import Prior, prior_training
 from evaluate.run_time import training_seconds
 from shared.config import Config
 from shared.ranking import score
 
 BEST_DIR, KEPT_DIR = "best", "kept"  # the head's periodic evaluator's folders in a run (launcher/evaluator.py)
+LINEAGE_FILE = "lineage.json"  # in the ship's work folder: what the run's init_from network had trained
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
     """Steps 1-6 above; the `shipped` record of the campaign's state (what was chosen and measured)."""
     name = to.name(level)
     ship, suite_dir = to.docs / "checkpoints" / name, to.results / "suite" / name
+    run_cfg = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+    prior = _prior(run_cfg, work)  # before the export: a run may ship into the folder it started from
     cands = candidates(run_dir)
     say(f"level {level.name}: choosing among {len(cands)} snapshot(s) by {to.episodes * len(settings.selection_seeds)} "
         f"episodes (seeds {_seeds(settings.selection_seeds)})")
@@ -114,7 +120,6 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
     for record in ("metrics.jsonl", "evals.jsonl"):  # the learning curve and the head's evaluations travel too
         if (run_dir / record).is_file():
             shutil.copyfile(run_dir / record, ship / record)
-    run_cfg = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
     if find_baseline(level_env_config(run_cfg.env, level), to.docs) is None:
         say(f"level {level.name}: measuring the random policy ({to.random_episodes} episodes)")
         evaluator.random_policy(run_dir / "config.json", level.name, to.docs, to.random_episodes)
@@ -125,9 +130,15 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
         gif.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(gif_out / "best_episode.gif", gif)
     steps = int(_counters(chosen).get("env_steps", 0))
+    minutes = training_seconds(run_dir, until_env_steps=steps) / 60
+    lineage: dict[str, Any] = {}
+    if prior is not None:  # the network's whole training: the source's and this run's
+        lineage = {"training_minutes": round(minutes + prior.training_minutes), "env_steps": steps + prior.env_steps,
+                   "lineage": prior.to_dict(recorded(prior.source))}
     provenance = {
-        "training_minutes": round(training_seconds(run_dir, until_env_steps=steps) / 60),
+        "training_minutes": round(minutes),
         "run_training_minutes": round(training_seconds(run_dir) / 60),
+        **lineage,
         "machine": to.machine,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "commit": _commit(),
@@ -143,7 +154,10 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
         "details": (f"trained by the level campaign (python -m evaluate.campaign) in {run_dir}; the snapshot is the "
                     f"best of {len(cands)} by the suite on seeds {_seeds(settings.selection_seeds)}; the Levels table's "
                     f"figures are the suite on seeds {_seeds(settings.held_out_seeds)}, which chose nothing; "
-                    "training_minutes: the run's training time up to the snapshot's env steps"),
+                    "training_minutes: the run's training time up to the snapshot's env steps"
+                    + (f", and the {prior.training_minutes:.0f} min and {prior.env_steps:,} env steps of "
+                       f"{recorded(prior.source)}, whose network the run started from (learner.init_from)"
+                       if prior is not None else "")),
     }
     (ship / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
     say(f"level {level.name}: measuring {name} on the held-out seeds {_seeds(settings.held_out_seeds)}")
@@ -151,6 +165,22 @@ def ship_level(level: Level, run_dir: Path, work: Path, settings: Settings, prog
     held = json.loads((suite_dir / "suite.json").read_text())["levels"][0]["checkpoints"][0]
     return {"name": name, "chosen": str(chosen), "selection": selection, "flag_rate": held["flag_rate"],
             "episodes": held["episodes"], "mean_x_pos": held["mean_x_pos"]}
+
+
+def _prior(run_cfg: Config, work: Path) -> Prior | None:
+    """What the run's learner.init_from network had trained (None without one), kept in work/lineage.json the first
+    time: the export may replace the very folder the run started from, and shipping again must find the same."""
+    if not run_cfg.learner.init_from:
+        return None
+    kept = work / LINEAGE_FILE
+    if kept.is_file():
+        d = json.loads(kept.read_text())
+        return Prior(Path(d["source"]), float(d["training_minutes"]), int(d["env_steps"]))
+    prior = prior_training(Path(run_cfg.learner.init_from))
+    work.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({"source": str(prior.source), "training_minutes": prior.training_minutes,
+                                "env_steps": prior.env_steps}) + "\n")
+    return prior
 
 
 def _flags(row: dict[str, Any]) -> str:

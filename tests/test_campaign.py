@@ -73,6 +73,38 @@ def test_each_level_trains_until_cleared_ships_and_regenerates_the_table(tmp_pat
     assert "- 2-1, 3-1: 10 episodes under each of the seeds 1000,1001,1002 (held out" in text
 
 
+def test_a_level_continued_from_its_shipped_network_ships_the_whole_lineage_into_the_same_folder(tmp_path: Path) -> None:
+    """--set learner.init_from=<the shipped folder's checkpoint>: the new run's training goes on top of the source's
+    (its provenance, read before the export replaces that folder, and kept for a second ship), and the table shows
+    the totals."""
+    trainer, evaluator = FakeTrainer(segment_s=600, reasons=["flags_cleared"]), FakeEvaluator()
+    ship = tmp_path / "docs" / "checkpoints" / "mario-2-1-cpu"
+    (ship / "checkpoint").mkdir(parents=True)
+    (ship / "checkpoint" / "meta.json").write_text(json.dumps({"counters": {"env_steps": 203_000}}))
+    (ship / "provenance.json").write_text(json.dumps({"training_minutes": 72, "campaign_run": str(
+        (tmp_path / "campaign" / "2-1").resolve())}))
+    init = f"learner.init_from={ship / 'checkpoint'}"
+    _campaign(tmp_path, trainer, evaluator, "2-1", "1", "--set", init).run()
+    assert trainer.jobs[0].overrides == (init,)
+    prov = json.loads((ship / "provenance.json").read_text())
+    assert (prov["training_minutes"], prov["env_steps"], prov["run_training_minutes"]) == (82, 204_000, 10)
+    assert prov["lineage"] == {"init_from": str(ship.resolve()), "training_minutes": 72, "env_steps": 203_000}
+    assert "the 72 min and 203,000 env steps of" in prov["details"]
+    assert "204k env steps, 82 min on a test machine" in (tmp_path / "README.md").read_text()
+    kept = json.loads((tmp_path / "campaign" / "ship" / "2-1" / "lineage.json").read_text())
+    assert (kept["training_minutes"], kept["env_steps"]) == (72, 203_000)
+
+
+def test_a_network_to_continue_that_cannot_say_what_it_trained_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "bare" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "bare" / "checkpoint" / "meta.json").write_text(json.dumps({"counters": {"env_steps": 5}}))
+    code = campaign.main(_args(tmp_path, "2-1", "1", "--set", f"learner.init_from={tmp_path / 'bare'}"),
+                         parts=lambda children, plan: (FakeTrainer(), FakeEvaluator()))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "learner.init_from:" in err[0] and "neither provenance.json" in err[0]
+    assert not (tmp_path / "campaign" / "2-1").exists()
+
+
 def test_held_out_seeds_are_disjoint_from_the_selection_and_the_heads(tmp_path: Path) -> None:
     evaluator = FakeEvaluator()
     _campaign(tmp_path, FakeTrainer(reasons=["flags_cleared"]), evaluator, "2-1", "4").run()

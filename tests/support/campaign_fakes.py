@@ -22,13 +22,14 @@ from evaluate.campaign_parts import Children, LauncherTrainer, TrainJob, TrainOu
 MARKER = "fake trainer: segment written"  # printed once a blocking segment's rows are on disk
 
 
-def write_segment(run_dir: Path, env_id: str, seconds: float, env_steps: int) -> None:
-    """A head's traces of one segment of `seconds`: metrics rows (elapsed_s from 0), a checkpoint, best/, kept/."""
+def write_segment(run_dir: Path, env_id: str, seconds: float, env_steps: int, overrides: Sequence[str] = ()) -> None:
+    """A head's traces of one segment of `seconds`: metrics rows (elapsed_s from 0), the config (with the job's --set
+    overrides, as the launcher writes it), a checkpoint, best/, kept/."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "metrics.jsonl", "a") as fh:
         for frac in (0.5, 1.0):
             fh.write(json.dumps({"elapsed_s": seconds * frac, "env_steps": int(env_steps * frac)}) + "\n")
-    cfg = opt.load_config("cpu", [f"env.env_id={env_id}"])
+    cfg = opt.load_config("cpu", [f"env.env_id={env_id}", *overrides])
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
     for ckpt in (run_dir, run_dir / "best", run_dir / "kept" / "0000000100", run_dir / "kept" / "0000000200"):
         (ckpt / "checkpoint").mkdir(parents=True, exist_ok=True)
@@ -51,7 +52,7 @@ class FakeTrainer:
     def train(self, job: TrainJob) -> TrainOutcome:
         self.jobs.append(job)
         seconds = min(self.segment_s, job.max_seconds)
-        write_segment(job.run_dir, job.env_id, seconds, env_steps=1000 * len(self.jobs))
+        write_segment(job.run_dir, job.env_id, seconds, env_steps=1000 * len(self.jobs), overrides=job.overrides)
         if self.block:
             print(MARKER, flush=True)
             threading.Event().wait()  # until the test kills this process
