@@ -6,11 +6,10 @@ stack moves by the same (dy, dx), drawn uniformly from [-pad, pad] per transitio
 next observation gets a draw of its own. The Q-targets and the TD errors (hence the new priorities) are
 computed on the shifted frames; collectors and evaluations see the frames as they are.
 
-`augment_pair` is the one place the update applies it: the eager update (learner/update.py) and the
-device step (learner/device_step.py) both call it on the whole effective batch before their micro-batch
-loop, so the option is written once and the two modes draw the same shifts from torch's generator (the
-device step on the CPU reproduces the eager update). Tensor ops only -- an integer draw and two gathers,
-no host sync -- so it runs inside `torch.compile(fullgraph=True)` and a captured CUDA graph too.
+`augment_pair` is the one place the update applies it (learner/step.py `micro_batches`, which every
+learner.step_mode runs), so the eager and the device modes draw the same shifts from torch's generator (the
+device step on the CPU reproduces the eager update). Tensor ops only -- an integer draw and two gathers, no
+host sync -- so it runs inside `torch.compile(fullgraph=True)` and a captured CUDA graph too.
 """
 
 from __future__ import annotations

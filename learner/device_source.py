@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from learner.device_runner import CaptureGuard, DeviceRunner, bind_state, step_config
+from learner.device_runner import CaptureGuard, DeviceRunner, bind_state
 from learner.precision import PrecisionPolicy
+from learner.step import needs_rebind, step_config
 from replay.buffer import ReplayBuffer
 from replay.device_ring import DeviceRing
 
@@ -64,10 +65,8 @@ class DeviceSource:
         return self.runner.compile_s
 
     def _rebind_if_needed(self, updates: int) -> None:
-        optimizer = self._parts[2]
-        moved = updates != self._expected_updates
-        reloaded = optimizer.state[self.state.params[0]].get("exp_avg") is not self.state.exp_avg[0]
-        if moved or reloaded:
+        _, _, optimizer, scaler, policy, _, _ = self._parts
+        if needs_rebind(self.state, optimizer, scaler, policy, updates, self._expected_updates):
             self.state = self._bind(updates)
             self.runner.rebind(self.state)
             self.ring.discard_uniforms()

@@ -263,11 +263,6 @@ def _quantile_loss(online: nn.Module, target: nn.Module, obs: torch.Tensor, acti
     )
 
 
-def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Clip by global L2 norm; returns the pre-clipping norm (a tensor: no host sync)."""
-    return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-
-
 @torch.no_grad()
 def hard_update(target: nn.Module, online: nn.Module) -> None:
     """Copy online parameters and buffers into the target network."""
@@ -277,39 +272,13 @@ def hard_update(target: nn.Module, online: nn.Module) -> None:
         t.copy_(o)
 
 
-@torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online (soft update)."""
-    if not 0.0 < tau <= 1.0:
-        raise ValueError(f"polyak_update: tau={tau} must be in (0, 1]")
-    t_params = list(target.parameters())
-    o_params = list(online.parameters())
-    if len(t_params) != len(o_params):
-        raise ValueError("polyak_update: networks have different parameter counts")
-    torch._foreach_lerp_(t_params, o_params, tau)
-    for t, o in zip(target.buffers(), online.buffers(), strict=True):
-        t.copy_(o)
-
-
-def sync_target(target: nn.Module, online: nn.Module, updates: int, every: int, tau: float) -> bool:
-    """Apply the configured target update after `updates` optimizer steps; True if it changed.
-
-    Polyak (tau > 0) updates every step; otherwise a hard copy every `every` updates.
-    """
-    if tau > 0.0:
-        polyak_update(target, online, tau)
-        return True
-    if every > 0 and updates % every == 0:
-        hard_update(target, online)
-        return True
-    return False
-
-
 def make_optimizer(params: list[torch.Tensor], lr: float, eps: float, device: torch.device) -> torch.optim.Adam:
-    """Adam with fused kernels on CUDA and CPU: one pass over each parameter per step (on CUDA one launch for
-    all of them). On the CPU foreach makes about ten passes over memory: for the Nature network's 3.3M
-    parameters 19.1 against 5.6 ms a step on one thread, and the whole fp32 update makes 1.16x the updates/s
-    (BENCHMARKS.md, "Learner on CPU and GPU"). Other devices keep foreach."""
+    """The Adam whose state tensors (moments, step counts) and hyperparameters the update steps (learner/step.py),
+    so `state_dict()` and checkpoints are torch.optim.Adam's. The update itself runs torch's fused kernel on CUDA
+    and CPU (one pass over each parameter per step, on CUDA one launch for all of them): on the CPU foreach makes
+    about ten passes over memory, for the Nature network's 3.3M parameters 19.1 against 5.6 ms a step on one
+    thread, and the whole fp32 update makes 1.16x the updates/s (BENCHMARKS.md, "Learner on CPU and GPU"); the
+    flags recorded here say the same. Other devices: foreach."""
     if device.type in ("cuda", "cpu"):
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)

@@ -16,10 +16,13 @@ state dict and must copy what it keeps (WeightPublisher.publish does one CPU cop
 Thread use: `maybe_train`, `train_step`, `stats`, checkpointing and `close` are called from
 one thread (the head's training loop); the prefetch thread is the replay's reader thread.
 
-Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped (`learner/update.py`
-says where that is decided: host or device), counted (`stats()["skipped_updates"]`) and warned
-about once. Priorities are not written back for a batch known on the host to be skipped; on the
-device path they are, and the replay drops non-finite |TD| values. Weights holding NaN/inf are
+The update itself is learner/step.py's, in every `learner.step_mode`: fed host-sampled batches by
+learner/update.py (eager) or drawn on the device by learner/device_step.py (device, captured).
+
+Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped on the device
+(learner/step.py), counted (`stats()["skipped_updates"]`) and warned about once: on the CPU at once
+(reading the outcome is free there), on CUDA when the meter next syncs. Priorities are not written back
+for a batch known on the host to be skipped; on CUDA they are, and the replay drops non-finite |TD| values. Weights holding NaN/inf are
 never handed to `on_weights` (a refused broadcast is counted) nor written to a checkpoint.
 """
 
@@ -41,12 +44,12 @@ from learner import checkpoint as ckpt
 from learner.checkpoint_checks import check_learner_state, check_state_dict
 from learner.device_runner import CaptureGuard
 from learner.device_source import DeviceSource
-from learner.dqn import make_optimizer, sync_target
+from learner.dqn import make_optimizer
 from learner.metering import UpdateMeter
 from learner.precision import learner_threads, resolve_precision
 from learner.prefetch import PrefetchSource, SyncSource
 from learner.resets import PeriodicReset
-from learner.update import apply_update, compile_networks
+from learner.update import EagerStep, compile_networks
 from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
@@ -139,13 +142,14 @@ class Learner:
         self.weight_version = -1  # last version handed to on_weights; -1 = none yet
         # non-finite updates (see the module docstring): host-known skips, plus a device-side count read
         # when stats() refreshes (no per-update sync), and broadcasts refused for non-finite weights
-        self._skipped_host = 0
+        # skips are counted on the device by the update; on the CPU reading that count is free, so the host
+        # looks at every update's outcome there
+        self._skips_on_host = self.device.type == "cpu"
         self._skipped_dev = torch.zeros((), dtype=torch.int64, device=self.device)
         self._skipped_dev_seen = 0
         self._skip_warned = False
         self.broadcasts_refused = 0
-        self._device_skip = self.device.type == "cuda" and bool(getattr(self.optimizer, "_step_supports_amp_scaling",
-                                                                        False))
+        self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         # what the update calls for each network: the network itself, or its torch.compile wrapper
         self.fwd_online: Any = self.online
         self.fwd_target: Any = self.target
@@ -153,14 +157,16 @@ class Learner:
         self.compiled = False
         self.compile_error: str | None = None
         if lc.compile_mode != "off":
-            result = compile_networks(self, lc.compile_mode)
+            result = compile_networks(self.online, self.target, lc.compile_mode, self.device,
+                                      warm_up=lambda fo, ft: self._new_eager_step().warm_up(fo, ft, self.geometry,
+                                                                                             self.device))
             self.fwd_online, self.fwd_target, self.compiled = result.fwd_online, result.fwd_target, result.ok
             self.compile_error, self.compile_s = result.error, result.seconds
+        self._eager: EagerStep | None = None  # bound at the first eager update
         self._source: SyncSource | PrefetchSource | DeviceSource | None = None
         # entered around recording the captured step's CUDA graph (read at each recording, e.g. after a resume);
         # whoever runs another thread that writes to this device (the head's ingest) sets it to that thread's pause
         self.capture_guard: CaptureGuard = contextlib.nullcontext
-        self.meter = UpdateMeter(self.device, window_s=float(meter_window_s))
         self._grad_scale: float | None = None
         # periodic resets (learner/resets.py): fresh draws seeded from the seed torch was given before this learner
         self.resets = PeriodicReset(lc, self.build_network, torch.initial_seed()) if lc.reset_every_updates else None
@@ -178,26 +184,30 @@ class Learner:
         t0 = time.perf_counter()
         batch = source.get()
         self._draw_noise()
-        loss, td, q_sum, grad_norm, applied = apply_update(self, batch)
+        if self._eager is None:
+            self._eager = self._new_eager_step()
+        loss, td, q_sum, grad_norm, applied_dev = self._eager(self.fwd_online, self.fwd_target, batch, self.updates)
+        applied: bool | torch.Tensor = bool(applied_dev) if self._skips_on_host else applied_dev
         if applied is False:  # known on the host: nothing learned from this batch, its priorities stay
-            self._skipped_host += 1
             self._warn_skipped(float(loss), float(grad_norm))
         else:
-            source.update_priorities(batch.indices, td)  # the replay drops non-finite |TD| (device path)
+            source.update_priorities(batch.indices, td)  # the replay drops non-finite |TD| (CUDA)
         self.updates += 1
         self.samples += len(batch)
-        sync_target(self.target, self.online, self.updates, self.lc.target_update_every, self.lc.polyak_tau)
         self._maybe_reset()
         if self.updates % self.lc.weight_broadcast_every == 0:
             self.broadcast()
-        metered = torch.stack([loss, td.sum(), q_sum, grad_norm])
-        if isinstance(applied, torch.Tensor):  # keep NaN out of the meter's running sums, count on the device
-            metered = torch.where(applied, metered, 0.0)
-            self._skipped_dev += ~applied
-        elif not applied:
-            metered = torch.zeros_like(metered)
-        self.meter.add(metered[0], metered[1], metered[2], metered[3], len(batch), time.perf_counter() - t0)
+        self.meter.count(len(batch), time.perf_counter() - t0)  # its values went into the meter's device sums
         return loss, td, q_sum, grad_norm, applied
+
+    def _new_eager_step(self) -> EagerStep:
+        """The update bound to this learner's parts as they are now (learner/update.py)."""
+        return EagerStep(self.lc, self.replay_config, online=self.online, target=self.target, optimizer=self.optimizer,
+                         scaler=self.scaler, policy=self.precision, channels_last=self.channels_last,
+                         stack=self.geometry["stack"], meter_sums=self.meter.device_sums, skipped=self._skipped_dev,
+                         updates=self.updates, device=self.device,
+                         mark_cudagraph_steps=self.compiled and self.lc.compile_mode == "reduce-overhead"
+                         and self.device.type == "cuda")
 
     def _draw_noise(self) -> None:
         """NoisyNet: fresh weight noise for the next update, independent in the online and target nets. In place
@@ -243,8 +253,8 @@ class Learner:
 
     @property
     def skipped_updates(self) -> int:
-        """Updates skipped for a non-finite loss/gradient norm (device-side skips as of the last stats())."""
-        return self._skipped_host + self._skipped_dev_seen
+        """Updates skipped for a non-finite loss/gradient norm (on CUDA as of the last stats() that synced)."""
+        return int(self._skipped_dev) if self._skips_on_host else self._skipped_dev_seen
 
     def train_step(self) -> dict[str, float]:
         """Exactly one optimizer update, priorities handed back; returns floats (syncs on CUDA).
@@ -307,7 +317,7 @@ class Learner:
                     scaler=self.scaler, policy=self.precision, channels_last=self.channels_last,
                     meter_sums=self.meter.device_sums, skipped=self._skipped_dev, updates=self.updates,
                     mode=self.lc.step_mode, capture_guard=lambda: self.capture_guard())  # read when recording
-                self._device_skip = True  # skips are counted on the device: stats() reads them with the meter
+                self._skips_on_host = False  # the device step's outcome stays on the device: stats() reads the count
                 self.compile_s, self.compiled = self._source.prepare(), self.lc.step_mode == "captured"
             elif self.lc.prefetch:
                 self._source = PrefetchSource(self.replay, self.batch_per_update, self.beta, self.device,
@@ -353,8 +363,8 @@ class Learner:
         refreshed = self.meter.last_refresh != refreshed_at
         if self.precision.use_scaler and (refreshed or self._grad_scale is None):
             self._grad_scale = float(self.scaler.get_scale())  # a host sync: only when the meter refreshed
-        if refreshed and (self.precision.use_scaler or self._device_skip):
-            self._skipped_dev_seen = int(self._skipped_dev)  # device-side skips: read with the meter's sync
+        if refreshed and not self._skips_on_host:
+            self._skipped_dev_seen = int(self._skipped_dev)  # read with the meter's sync
             if self._skipped_dev_seen:
                 self._warn_skipped()
         out.update({

@@ -1,58 +1,88 @@
-"""One optimizer update: forward/backward over micro-batches, the non-finite skip, torch.compile.
+"""The eager feeder: the learner's update (learner/step.py) over a batch the host sampled (learner.step_mode eager).
 
-The functions here take the learner's training parts (`UpdateParts`: networks, optimizer, scaler,
-precision policy) and do exactly one thing each; `learner.trainer.Learner` owns those parts,
-the counters, the replay source and the broadcasts around them.
+The replay is sampled on the host (learner/prefetch.py) and the batch moved to the learner's device; the
+gradients are taken by autograd, so the networks may be torch.compile'd apart (`compile_networks`,
+learner.compile_mode); the update applies them with torch's fused Adam kernel where it runs (CPU and CUDA),
+else with Adam's formula in tensor ops. The trainer hands the |TD| back to the replay.
 
-Micro-batches: see learner/trainer.py; each micro-loss divides by the effective batch size, so the
-accumulated gradient equals the one-big-batch gradient.
-
-Non-finite updates. An update whose loss or gradient norm is NaN/inf is skipped: weights and
-optimizer state stay as they were. Where the decision is made: on CPU on the host (free); on
-CUDA on the device without a host sync -- fp16 folds a non-finite loss into the gradients so
-the GradScaler's own inf check skips the step, bf16/fp32 hand the flag to the fused Adam kernel
-(`found_inf`, the mechanism GradScaler uses); an optimizer without that support falls back to
-one host sync per update.
+Non-finite updates are skipped inside the update (weights, Adam state and the step count stay as they
+were) without a host sync; the trainer reads the outcome on the CPU, where that is free, and on CUDA counts
+it with the meter's sync.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from learner.augment import augment_pair
-from learner.dqn import Munchausen, clip_gradients, dqn_loss, scheduled_target_epsilon
 from learner.precision import PrecisionPolicy
+from learner.step import (
+    StepConfig,
+    apply_gradients,
+    autograd_gradients,
+    bind_step_state,
+    needs_rebind,
+    step_config,
+)
 from shared.batch import SampleBatch
-from shared.config import LearnerConfig
+from shared.config import LearnerConfig, ReplayConfig
+
+FUSED_ADAM_DEVICES = ("cpu", "cuda")  # where torch's fused Adam kernel runs (learner/dqn.py make_optimizer)
 
 
-class UpdateParts(Protocol):
-    """What an update reads from its owner (the Learner); read at every call, so a caller may swap a part."""
+class EagerStep:
+    """The update bound to the learner's parts, fed one host-sampled batch per call (the learner's thread only)."""
 
-    lc: LearnerConfig
-    device: torch.device
-    online: torch.nn.Module
-    target: torch.nn.Module
-    fwd_online: Any  # the online network, or its compiled wrapper
-    fwd_target: Any
-    params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
-    scaler: Any  # torch.amp.GradScaler (a disabled one when the precision needs none)
-    precision: PrecisionPolicy
-    micro: int
-    accum: int
-    batch_per_update: int
-    channels_last: bool
-    compiled: bool
-    geometry: dict[str, Any]
-    _device_skip: bool
-    updates: int  # updates done before this one (learner.target_epsilon_from is counted in these)
+    def __init__(self, lc: LearnerConfig, replay_config: ReplayConfig, *, online: torch.nn.Module,
+                 target: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, policy: PrecisionPolicy,
+                 channels_last: bool, stack: int, meter_sums: torch.Tensor, skipped: torch.Tensor, updates: int,
+                 device: torch.device, mark_cudagraph_steps: bool = False) -> None:
+        """`mark_cudagraph_steps`: the networks are compiled with CUDA graphs (reduce-overhead on CUDA), whose
+        step boundaries torch must be told."""
+        self.cfg: StepConfig = step_config(lc, replay_config, policy, scaler, optimizer.param_groups[0], stack=stack,
+                                           prioritized=True, channels_last=channels_last, uniform_rows=1,
+                                           fused_adam=device.type in FUSED_ADAM_DEVICES)
+        self._parts = (online, target, optimizer, scaler, policy, meter_sums, skipped)
+        self.state = self._bind(updates)
+        self._expected_updates = int(updates)
+        self.mark_cudagraph_steps = mark_cudagraph_steps
+
+    def _bind(self, updates: int):
+        online, target, optimizer, scaler, policy, meter_sums, skipped = self._parts
+        return bind_step_state(online, target, optimizer, scaler, policy, meter_sums=meter_sums, skipped=skipped,
+                               updates=updates, batch=self.cfg.batch)
+
+    def __call__(self, fwd_online: Callable[..., torch.Tensor], fwd_target: Callable[..., torch.Tensor],
+                 batch: SampleBatch, updates: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Update number `updates` (the learner's count before it) on `batch`; returns (loss, |TD| [B], Q sum, grad
+        norm, applied) as device tensors. `fwd_online`/`fwd_target`: the networks or their compiled wrappers."""
+        if len(batch) != self.cfg.batch:
+            raise ValueError(f"replay returned {len(batch)} transitions, expected batch_size x grad_accum_steps = "
+                             f"{self.cfg.batch}")
+        _, _, optimizer, scaler, policy, _, _ = self._parts
+        if needs_rebind(self.state, optimizer, scaler, policy, updates, self._expected_updates):
+            self.state = self._bind(updates)
+        if self.mark_cudagraph_steps:
+            torch.compiler.cudagraph_mark_step_begin()
+        grads, loss, td, q_sum = autograd_gradients(self.cfg, self.state, fwd_online, fwd_target, batch, updates)
+        grad_norm, applied = apply_gradients(self.cfg, self.state, grads, loss, td, q_sum, host_updates=updates)
+        self._expected_updates = updates + 1
+        return loss, td, q_sum, grad_norm, applied
+
+    def warm_up(self, fwd_online: Callable[..., torch.Tensor], fwd_target: Callable[..., torch.Tensor],
+                geometry: dict[str, Any], device: torch.device) -> None:
+        """Forward and backward through `fwd_*` on an all-zero batch (compiles their graphs), changing no weight."""
+        autograd_gradients(self.cfg, self.state, fwd_online, fwd_target, dummy_batch(self.cfg.batch, geometry, device),
+                           self._expected_updates)
+        for p in self.state.params:
+            p.grad = None
 
 
 @dataclass(frozen=True)
@@ -66,111 +96,32 @@ class Compiled:
     seconds: float
 
 
-def compile_networks(parts: UpdateParts, mode: str) -> Compiled:
-    """torch.compile both networks and run one warm-up update on zeros; eager + ONE warning on failure.
-
-    Sets `parts.fwd_online`/`fwd_target` for the warm-up (back to the eager networks on failure)."""
+def compile_networks(online: torch.nn.Module, target: torch.nn.Module, mode: str, device: torch.device,
+                     warm_up: Callable[[Any, Any], None]) -> Compiled:
+    """torch.compile both networks and run `warm_up(fwd_online, fwd_target)` (one forward and backward on zeros);
+    the eager networks and ONE warning on failure."""
     t0 = time.perf_counter()
     try:
-        parts.fwd_online = torch.compile(parts.online, mode=mode)
-        parts.fwd_target = torch.compile(parts.target, mode=mode)
-        forward_backward(parts, dummy_batch(parts))  # compiles fwd (grad / no-grad) and bwd graphs
-        parts.optimizer.zero_grad(set_to_none=True)
-        if parts.device.type == "cuda":
-            torch.cuda.synchronize(parts.device)
-        return Compiled(parts.fwd_online, parts.fwd_target, True, None, time.perf_counter() - t0)
+        fwd_online = torch.compile(online, mode=mode)
+        fwd_target = torch.compile(target, mode=mode)
+        warm_up(fwd_online, fwd_target)  # compiles fwd (grad / no-grad) and bwd graphs
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return Compiled(fwd_online, fwd_target, True, None, time.perf_counter() - t0)
     except Exception as exc:  # inductor/compiler missing, unsupported op, ...
-        parts.fwd_online, parts.fwd_target = parts.online, parts.target
-        parts.optimizer.zero_grad(set_to_none=True)
+        for p in online.parameters():
+            p.grad = None
         error = f"{type(exc).__name__}: {exc}"
         warnings.warn(f"torch.compile(mode={mode!r}) failed, training eagerly: {error[:500]}",
                       RuntimeWarning, stacklevel=3)
-        return Compiled(parts.online, parts.target, False, error, time.perf_counter() - t0)
+        return Compiled(online, target, False, error, time.perf_counter() - t0)
 
 
-def dummy_batch(parts: UpdateParts) -> SampleBatch:
-    """An all-zero effective batch of the learner's geometry (compile warm-up)."""
-    b, shape = parts.batch_per_update, (parts.geometry["stack"], *parts.geometry["obs_shape"])
-    dtype = torch.from_numpy(np.zeros(1, dtype=np.dtype(parts.geometry["obs_dtype"]))).dtype
-    obs = torch.zeros((b, *shape), dtype=dtype, device=parts.device)
-    z = torch.zeros(b, device=parts.device)
-    return SampleBatch(obs, torch.zeros(b, dtype=torch.int64, device=parts.device), z, z, obs, z + 1,
-                       np.zeros(b, dtype=np.int64))
-
-
-def forward_backward(parts: UpdateParts, batch: SampleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Accumulate gradients over the micro-batches; returns (loss, td_abs [B_eff], q_sum) detached."""
-    lc, n = parts.lc, len(batch)
-    if n != parts.batch_per_update:
-        raise ValueError(f"replay returned {n} transitions, expected batch_size x grad_accum_steps = "
-                         f"{parts.batch_per_update}")
-    if parts.compiled and lc.compile_mode == "reduce-overhead" and parts.device.type == "cuda":
-        torch.compiler.cudagraph_mark_step_begin()
-    td_parts, loss_total, q_total = [], torch.zeros((), device=parts.device), torch.zeros((), device=parts.device)
-    munchausen = Munchausen.of(lc)
-    quantiles = lc.quantiles > 0
-    target_epsilon = scheduled_target_epsilon(lc.target_epsilon, lc.target_epsilon_from, parts.updates)
-    if quantiles:  # QR-DQN: the loss reads the return quantiles, not their mean
-        def fwd_online(x: torch.Tensor) -> torch.Tensor:
-            return parts.fwd_online(x, quantiles=True)
-
-        def fwd_target(x: torch.Tensor) -> torch.Tensor:
-            return parts.fwd_target(x, quantiles=True)
-    else:
-        fwd_online, fwd_target = parts.fwd_online, parts.fwd_target
-    all_obs, all_next_obs = augment_pair(batch.obs, batch.next_obs, lc.augment_shift)
-    for k in range(parts.accum):
-        sl = slice(k * parts.micro, (k + 1) * parts.micro)
-        obs, next_obs = all_obs[sl], all_next_obs[sl]
-        if parts.channels_last:
-            obs = obs.contiguous(memory_format=torch.channels_last)
-            next_obs = next_obs.contiguous(memory_format=torch.channels_last)
-        with parts.precision.autocast():
-            out = dqn_loss(fwd_online, fwd_target, obs, batch.actions[sl], batch.returns[sl],
-                           batch.discounts[sl], next_obs, batch.weights[sl], lc.double_q, normalizer=float(n),
-                           munchausen=munchausen, quantiles=quantiles, target_epsilon=target_epsilon)
-        parts.scaler.scale(out.loss).backward()
-        td_parts.append(out.td_abs)
-        loss_total = loss_total + out.loss.detach()
-        q_total = q_total + out.q_mean * parts.micro
-    td = td_parts[0] if len(td_parts) == 1 else torch.cat(td_parts)
-    return loss_total, td, q_total
-
-
-def apply_update(
-    parts: UpdateParts, batch: SampleBatch
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool | torch.Tensor]:
-    """One optimizer step on `batch`; returns (loss, td_abs, q_sum, grad_norm, applied).
-
-    A non-finite loss or gradient norm skips the step (see the module docstring). `applied` is a
-    Python bool where that was decided on the host, else a 0-dim bool tensor on the device (no sync).
-    """
-    parts.optimizer.zero_grad(set_to_none=True)
-    loss, td, q_sum = forward_backward(parts, batch)
-    if parts.precision.use_scaler:
-        # x + 0 * loss is x, or NaN when the loss is NaN/inf: the scaler's inf check sees gradients only,
-        # and the Huber gradient stays finite even for an infinite target
-        grad = next((p.grad for p in parts.params if p.grad is not None), None)
-        if grad is not None:
-            grad.add_(loss * 0.0)
-    parts.scaler.unscale_(parts.optimizer)
-    grad_norm = clip_gradients(parts.params, parts.lc.max_grad_norm).detach()
-    finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
-    applied: bool | torch.Tensor
-    if parts.precision.use_scaler:
-        parts.scaler.step(parts.optimizer)  # skipped by the scaler when a gradient is non-finite
-        applied = finite
-    elif parts._device_skip:
-        opt: Any = parts.optimizer
-        opt.grad_scale, opt.found_inf = None, (~finite).to(torch.float32)  # fused Adam skips when 1
-        try:
-            opt.step()
-        finally:
-            del opt.grad_scale, opt.found_inf
-        applied = finite
-    else:
-        applied = bool(finite)  # host decision: free on CPU, one sync on CUDA without fused Adam
-        if applied:
-            parts.optimizer.step()
-    parts.scaler.update()
-    return loss, td, q_sum, grad_norm, applied
+def dummy_batch(rows: int, geometry: dict[str, Any], device: torch.device) -> SampleBatch:
+    """An all-zero batch of `rows` transitions of the learner's geometry (compile warm-up)."""
+    shape = (geometry["stack"], *geometry["obs_shape"])
+    dtype = torch.from_numpy(np.zeros(1, dtype=np.dtype(geometry["obs_dtype"]))).dtype
+    obs = torch.zeros((rows, *shape), dtype=dtype, device=device)
+    z = torch.zeros(rows, device=device)
+    return SampleBatch(obs, torch.zeros(rows, dtype=torch.int64, device=device), z, z, obs, z + 1,
+                       np.zeros(rows, dtype=np.int64))

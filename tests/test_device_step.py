@@ -1,7 +1,7 @@
 """The learner's whole update as one device step (learner/device_step.py, learner.step_mode=device/captured).
 
 On the CPU, at a fixed seed, from the same replay contents and the same uniforms: the device step and the
-eager learner (learner/update.py + trainer) give the same loss, gradients, grad norm, new priorities,
+eager learner (learner/update.py feeding learner/step.py) give the same loss, gradients, grad norm, new priorities,
 weights, Adam state and target network, update after update (fp32, bf16, gradient accumulation); a
 non-finite update leaves weights, Adam state and priorities unchanged on the device; the fp16 loss scale
 and its skips follow GradScaler's; a checkpoint mid-run resumes to the uninterrupted run; the same step
@@ -19,9 +19,8 @@ import pytest
 import torch
 
 from learner.device_source import DeviceSource
-from learner.device_step import batch_gradients
 from learner.precision import PrecisionPolicy, cpu_has_native_bf16
-from learner.update import forward_backward
+from learner.step import autograd_gradients, func_gradients
 from replay.buffer import ReplayBuffer
 from replay.device_batch import sample_batch
 from replay.device_ring import MASS, RET
@@ -162,20 +161,21 @@ def test_device_gradients_equal_the_eager_backward() -> None:
     device = learner_on(replace(cfg, learner=replace(cfg.learner, step_mode="device")), filled_replay(IMAGE))
     device._ensure_source()
     src = device._source
-    reader = eager.replay._reader
+    reader = eager.replay.reader
     state = reader.rng.bit_generator.state
     host = eager.replay.sample(12, beta=0.5)
-    eager.optimizer.zero_grad(set_to_none=True)
-    loss_e, td_e, _ = forward_backward(eager, host)
+    step = eager._new_eager_step()
+    grads_e, loss_e, td_e, _ = autograd_gradients(step.cfg, step.state, eager.online, eager.target, host, 0)
     src.ring.reader.rng.bit_generator.state = state
     src.ring.refill_uniforms(0, force=True)
     batch = sample_batch(src.ring.table, src.ring.frames, src.ring.claim, src.ring.uniforms[0],
                          torch.tensor(0.5, dtype=torch.float64), STACK)
     assert np.array_equal(batch.slots.numpy(), host.indices % eager.replay.capacity)
-    grads, loss_d, td_d, _ = batch_gradients(src.runner.cfg, src.state, device.online, device.target, batch)
+    grads, loss_d, td_d, _ = func_gradients(src.runner.cfg, src.state, device.online, device.target, batch)
     assert float(loss_d) == pytest.approx(float(loss_e), rel=1e-5)
     torch.testing.assert_close(td_d, td_e, rtol=1e-5, atol=1e-6)
-    for p, g in zip(eager.params, grads, strict=True):
+    for p, g, ge in zip(eager.params, grads, grads_e, strict=True):
+        assert ge is p.grad  # autograd's are the parameters' own
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-7)
     eager.close()
     device.close()
@@ -257,8 +257,8 @@ def test_a_checkpoint_mid_run_resumes_to_the_uninterrupted_run(tmp_path) -> None
         first.save_checkpoint(tmp_path / "run", first.replay)
         first.run_updates(4)
         with first._source.pause():  # the device priorities into the host tree, to compare
-            leaves = first.replay._reader.tree.leaves().copy()
-            rng_state = first.replay._reader.rng.bit_generator.state
+            leaves = first.replay.reader.tree.leaves().copy()
+            rng_state = first.replay.reader.rng.bit_generator.state
     finally:
         first.close()
     second = learner_on(cfg, filled_replay(IMAGE, seed=99), seed=7)
@@ -266,8 +266,8 @@ def test_a_checkpoint_mid_run_resumes_to_the_uninterrupted_run(tmp_path) -> None
         second.load_checkpoint(tmp_path / "run", second.replay)
         second.run_updates(4)
         with second._source.pause():
-            assert np.array_equal(second.replay._reader.tree.leaves(), leaves)
-            assert second.replay._reader.rng.bit_generator.state == rng_state
+            assert np.array_equal(second.replay.reader.tree.leaves(), leaves)
+            assert second.replay.reader.rng.bit_generator.state == rng_state
         for name, t in first.online.state_dict().items():
             assert torch.equal(second.online.state_dict()[name], t), name
         assert second.updates == first.updates == 7

@@ -12,14 +12,11 @@ from torch import nn
 
 from learner.dqn import (
     Munchausen,
-    clip_gradients,
     dqn_loss,
     hard_update,
     munchausen_targets,
-    polyak_update,
     quantile_huber,
     quantile_targets,
-    sync_target,
     td_targets,
 )
 from shared.config import LearnerConfig
@@ -79,27 +76,12 @@ def test_normalizer_makes_micro_batches_sum_to_full_batch() -> None:
     assert (parts[0].loss + parts[1].loss).item() == pytest.approx(full.loss.item(), rel=1e-6)
 
 
-def test_hard_and_polyak_target_updates() -> None:
+def test_a_hard_update_copies_the_online_network() -> None:
+    """The copy a periodic reset makes of a re-initialized network (learner/resets.py); the update's own target sync is
+    learner/step.py's (tests/test_step.py)."""
     online, target = TableQ([[1.0, 2.0]]), TableQ([[0.0, 0.0]])
-    polyak_update(target, online, 0.25)
-    assert target.table[0].tolist() == pytest.approx([0.25, 0.5])
     hard_update(target, online)
     assert target.table.tolist() == [[1.0, 2.0]]
-    other = TableQ([[0.0, 0.0]])
-    assert not sync_target(other, online, updates=3, every=2, tau=0.0)
-    assert other.table.tolist() == [[0.0, 0.0]]
-    assert sync_target(other, online, updates=4, every=2, tau=0.0)
-    assert other.table.tolist() == [[1.0, 2.0]]
-    with pytest.raises(ValueError, match="tau"):
-        polyak_update(target, online, 1.5)
-
-
-def test_clip_gradients_returns_preclip_norm() -> None:
-    p = nn.Parameter(torch.zeros(2))
-    p.grad = torch.tensor([3.0, 4.0])
-    norm = clip_gradients([p], 1.0)
-    assert norm.item() == pytest.approx(5.0)
-    assert p.grad.norm().item() == pytest.approx(1.0, rel=1e-5)
 
 
 def test_learner_target_sync_every_u_updates() -> None:
