@@ -272,6 +272,9 @@ def hard_update(target: nn.Module, online: nn.Module) -> None:
         t.copy_(o)
 
 
+FUSED_ADAM_DEVICES = ("cpu", "cuda")  # where torch's fused Adam kernel runs
+
+
 def make_optimizer(params: list[torch.Tensor], lr: float, eps: float, device: torch.device) -> torch.optim.Adam:
     """The Adam whose state tensors (moments, step counts) and hyperparameters the update steps (learner/step.py),
     so `state_dict()` and checkpoints are torch.optim.Adam's. The update itself runs torch's fused kernel on CUDA
@@ -279,6 +282,6 @@ def make_optimizer(params: list[torch.Tensor], lr: float, eps: float, device: to
     about ten passes over memory, for the Nature network's 3.3M parameters 19.1 against 5.6 ms a step on one
     thread, and the whole fp32 update makes 1.16x the updates/s (BENCHMARKS.md, "Learner on CPU and GPU"); the
     flags recorded here say the same. Other devices: foreach."""
-    if device.type in ("cuda", "cpu"):
+    if device.type in FUSED_ADAM_DEVICES:
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from learner.dqn import FUSED_ADAM_DEVICES
 from learner.precision import PrecisionPolicy
 from learner.step import (
     StepConfig,
@@ -32,8 +33,6 @@ from learner.step import (
 )
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
-
-FUSED_ADAM_DEVICES = ("cpu", "cuda")  # where torch's fused Adam kernel runs (learner/dqn.py make_optimizer)
 
 
 class EagerStep:
