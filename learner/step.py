@@ -14,7 +14,7 @@ from the frame ring (device, captured: learner/device_step.py) -- an update is, 
 4. `apply_gradients`: fp16's loss scale undone; the global gradient norm and clipping (`clip_grad_norm_`'s
    formula); the non-finite skip -- when the loss or the norm is NaN/inf (or no drawn row is fresh) the
    parameters and Adam's moments and step keep their values, decided on the device without a host sync;
-   Adam in the optimizer's own state tensors (so `state_dict()` and checkpoints are torch.optim.Adam's),
+   Adam (AdamW with `learner.weight_decay`) in the optimizer's own state tensors (so `state_dict()` and checkpoints are torch.optim.Adam's),
    by torch's fused kernel where it runs (`fused_adam`: eager on CPU and CUDA, one pass per parameter) or
    by its formula in tensor ops (traceable: compiled and captured, and the op-by-op reference); the fp16
    scale backed off or grown as `torch.amp.GradScaler` does, in the scaler's own tensors; the target
@@ -76,6 +76,7 @@ class StepConfig:
     target_epsilon_from: int = 0  # ... from this update on (the counter in StepState.updates); 0: every update
     augment_shift: int = 0  # random-shift augmentation of the inputs by up to this many pixels (learner/augment.py)
     fused_adam: bool = False  # Adam by torch's fused kernel (eager on CPU/CUDA), else by its formula (traceable)
+    weight_decay: float = 0.0  # AdamW's decoupled decay: each weight shrinks by lr x this before the step (0: Adam)
 
 
 @dataclass
@@ -203,9 +204,10 @@ def global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 @torch.no_grad()
 def adam_update(cfg: StepConfig, s: StepState, grads: list[torch.Tensor], applied: torch.Tensor) -> None:
-    """torch.optim.Adam's step (no weight decay, no amsgrad) in tensor ops, where `applied`; nothing changes
-    elsewhere."""
+    """torch.optim.Adam's step (no amsgrad) in tensor ops, or AdamW's with `weight_decay`, where `applied`; nothing
+    changes elsewhere."""
     b1, b2 = cfg.adam_beta1, cfg.adam_beta2
+    keep = 1.0 - s.lr * cfg.weight_decay  # AdamW: the decoupled decay, before the step
     for p, g, m, v, step in zip(s.params, grads, s.exp_avg, s.exp_avg_sq, s.adam_steps, strict=True):
         new_step = step + applied.to(step.dtype)
         m_new = torch.lerp(m, g, 1.0 - b1)
@@ -213,7 +215,7 @@ def adam_update(cfg: StepConfig, s: StepState, grads: list[torch.Tensor], applie
         count = new_step.to(torch.float64)
         step_size = s.lr / (1.0 - b1 ** count)
         denom = v_new.sqrt() / torch.sqrt(1.0 - b2 ** count) + cfg.adam_eps
-        p_new = p - step_size * (m_new / denom)
+        p_new = (p * keep if cfg.weight_decay else p) - step_size * (m_new / denom)
         p.copy_(torch.where(applied, p_new, p))
         m.copy_(torch.where(applied, m_new, m))
         v.copy_(torch.where(applied, v_new, v))
@@ -222,12 +224,13 @@ def adam_update(cfg: StepConfig, s: StepState, grads: list[torch.Tensor], applie
 
 @torch.no_grad()
 def fused_adam_update(cfg: StepConfig, s: StepState, grads: list[torch.Tensor], applied: torch.Tensor) -> None:
-    """The same step by torch's fused Adam kernel (torch.optim.Adam(fused=True)'s call): one pass per parameter;
-    `found_inf` makes the kernel leave parameters and moments alone, and the step counts are taken back."""
+    """The same step by torch's fused Adam (or AdamW) kernel, as torch.optim.Adam(fused=True) calls it: one pass per
+    parameter; `found_inf` makes the kernel leave parameters and moments alone, and the step counts are taken back."""
     found_inf = (~applied).to(torch.float32)
+    kernel = torch._fused_adamw_ if cfg.weight_decay else torch._fused_adam_
     torch._foreach_add_(s.adam_steps, 1.0)
-    torch._fused_adam_(s.params, grads, s.exp_avg, s.exp_avg_sq, [], s.adam_steps, lr=s.lr_value, beta1=cfg.adam_beta1,
-                       beta2=cfg.adam_beta2, weight_decay=0.0, eps=cfg.adam_eps, amsgrad=False, maximize=False,
+    kernel(s.params, grads, s.exp_avg, s.exp_avg_sq, [], s.adam_steps, lr=s.lr_value, beta1=cfg.adam_beta1,
+                       beta2=cfg.adam_beta2, weight_decay=cfg.weight_decay, eps=cfg.adam_eps, amsgrad=False, maximize=False,
                        grad_scale=None, found_inf=found_inf)
     torch._foreach_sub_(s.adam_steps, [found_inf] * len(s.adam_steps))
 
@@ -382,5 +385,6 @@ def step_config(lc: Any, replay_config: Any, policy: PrecisionPolicy, scaler: An
         use_scaler=policy.use_scaler, channels_last=channels_last, uniform_rows=uniform_rows,
         munchausen=Munchausen.of(lc), quantiles=lc.quantiles > 0, target_epsilon=float(lc.target_epsilon),
         target_epsilon_from=int(lc.target_epsilon_from), augment_shift=int(lc.augment_shift), fused_adam=fused_adam,
+        weight_decay=float(lc.weight_decay),
         **growth,
     )

@@ -129,6 +129,9 @@ class LearnerConfig:
     grad_accum_steps: int = 1  # micro-batches per optimizer step: effective batch = batch_size x this
     lr: float = 1e-4  # Adam learning rate
     adam_eps: float = 1.5e-4  # Adam epsilon (Rainbow/Ape-X value): stabilizes small-gradient steps
+    # AdamW's decoupled weight decay (Loshchilov and Hutter 2019): every update shrinks each weight by lr x this
+    # before Adam's step, in every learner.step_mode (learner/step.py); BBF uses 0.1. 0 = plain Adam
+    weight_decay: float = 0.0
     max_grad_norm: float = 10.0  # gradient clipping by global norm
     target_update_every: int = 2000  # hard target sync period in updates (ignored with polyak)
     polyak_tau: float = 0.0  # >0 switches to soft target updates with this rate

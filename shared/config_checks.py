@@ -193,6 +193,7 @@ def check_all(cfg: Config, available_bytes: int | None) -> None:
     _int_range("learner.grad_accum_steps", lrn.grad_accum_steps, 1, 1024)
     _float_range("learner.lr", lrn.lr, 0.0, 1.0, lo_open=True)
     _float_range("learner.adam_eps", lrn.adam_eps, 0.0, 1.0, lo_open=True)
+    _float_range("learner.weight_decay", lrn.weight_decay, 0.0, 1.0)
     _float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
     _int_range("learner.target_update_every", lrn.target_update_every, 1)
     _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)

@@ -109,6 +109,7 @@ CASES = [
     ("encoder-width-nature", ["--set", "learner.encoder_width=2"], ["learner.encoder_width=2", "impala"]),
     ("encoder-vector-env", ["--env", "CartPole-v1", "--set", "learner.encoder=impala"],
      ["learner.encoder='impala'", "CartPole-v1", "vector observations"]),
+    ("weight-decay-above-one", ["--set", "learner.weight_decay=2"], ["learner.weight_decay=2", "[0.0, 1.0]"]),
     ("augment-negative", ["--set", "learner.augment_shift=-1"], ["learner.augment_shift=-1", "[0, 32]"]),
     ("augment-past-a-quarter", ["--set", "learner.augment_shift=22"], ["learner.augment_shift=22", "[0, 21]", "84x84"]),
     ("augment-vector-env", ["--env", "CartPole-v1", "--set", "learner.augment_shift=4"],

@@ -72,18 +72,20 @@ def test_device_step_equals_the_eager_learner(precision: str, batch: int, accum:
 
 LEVERS = {"munchausen": {"munchausen_alpha": 0.9}, "quantiles": {"quantiles": 4},
           "target_epsilon": {"target_epsilon": 0.05, "munchausen_alpha": 0.9},
-          "target_epsilon_from": {"target_epsilon": 0.05, "munchausen_alpha": 0.9, "target_epsilon_from": 2}}
+          "target_epsilon_from": {"target_epsilon": 0.05, "munchausen_alpha": 0.9, "target_epsilon_from": 2},
+          "weight_decay": {"weight_decay": 1.0, "lr": 0.01}}  # AdamW: 1% a step, so 4 updates show it
 # what each lever is compared with: the same settings without the lever's own keys, so a lever that did nothing on
 # top of the others (the epsilon-greedy bootstrap on Munchausen targets once did) trains exactly as its baseline
 WITHOUT = {"munchausen": {}, "quantiles": {}, "target_epsilon": {"munchausen_alpha": 0.9},
-           "target_epsilon_from": {"munchausen_alpha": 0.9}}
+           "target_epsilon_from": {"munchausen_alpha": 0.9}, "weight_decay": {"lr": 0.01}}
 
 
 @pytest.mark.parametrize("lever", LEVERS)
 @pytest.mark.parametrize("batch, accum", [(8, 1), (4, 2)])
 def test_with_a_target_lever_the_device_step_equals_the_eager_learner(lever: str, batch: int, accum: int) -> None:
-    """learner.munchausen_alpha > 0, learner.quantiles > 0 or learner.target_epsilon > 0: both paths train on that
-    target (learner/dqn.py), to the same weights, Adam state and priorities."""
+    """learner.munchausen_alpha > 0, learner.quantiles > 0 or learner.target_epsilon > 0 (a target: learner/dqn.py) or
+    learner.weight_decay > 0 (AdamW: torch's fused kernel in the eager learner, the formula in the device step): both
+    paths train to the same weights, Adam state and priorities."""
     levers = {**LEVERS[lever], "batch_size": batch, "grad_accum_steps": accum}
     eager = learner_on(config(**levers), filled_replay(IMAGE))
     device = learner_on(config(step_mode="device", **levers), filled_replay(IMAGE))

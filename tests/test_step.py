@@ -1,6 +1,6 @@
 """The learner's one update tail (learner/step.py `apply_gradients`), on a small network with hand-set gradients:
 clipping reports the pre-clip norm, torch's fused Adam kernel and the traceable formula step alike and as
-torch.optim.Adam does, a non-finite or all-stale update changes nothing but the counters, and the target follows
+torch.optim.Adam (with weight decay, AdamW) does, a non-finite or all-stale update changes nothing but the counters, and the target follows
 its period whether the host or the device holds the count."""
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ def _apply(cfg, state, grads, loss=0.5, fresh=None, host_updates=None):
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-kernel", "traced-formula"])
-def test_an_update_clips_to_the_norm_and_steps_as_torch_adam(fused: bool) -> None:
+@pytest.mark.parametrize("decay", [0.0, 0.5], ids=["adam", "adamw"])
+def test_an_update_clips_to_the_norm_and_steps_as_torch_adam(fused: bool, decay: float) -> None:
     online, _, _, state = _parts()
     reference = copy.deepcopy(online)
-    ref_opt = torch.optim.Adam(list(reference.parameters()), lr=1e-2, eps=1e-4)
+    ref_opt = (torch.optim.AdamW(list(reference.parameters()), lr=1e-2, eps=1e-4, weight_decay=decay) if decay else
+               torch.optim.Adam(list(reference.parameters()), lr=1e-2, eps=1e-4))
     norms = []
     for k in range(3):
         grads = _grads(state.params, scale=10.0, seed=k)
@@ -54,7 +56,7 @@ def test_an_update_clips_to_the_norm_and_steps_as_torch_adam(fused: bool) -> Non
             p.grad = g.clone()
         torch.nn.utils.clip_grad_norm_(list(reference.parameters()), CFG.max_grad_norm)
         ref_opt.step()
-        grad_norm, applied = _apply(replace(CFG, fused_adam=fused), state, [g.clone() for g in grads])
+        grad_norm, applied = _apply(replace(CFG, fused_adam=fused, weight_decay=decay), state, [g.clone() for g in grads])
         assert bool(applied) and float(grad_norm) == pytest.approx(float(expected_norm), rel=1e-6)
         assert expected_norm > 10 * CFG.max_grad_norm  # clipping mattered
         norms.append(float(expected_norm))
