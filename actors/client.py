@@ -62,6 +62,11 @@ class RegistrationError(RuntimeError):
     """The head did not answer HELLO in time or answered something unusable."""
 
 
+class HeadUnavailable(RegistrationError):
+    """No WELCOME in time, or a refusal ("retry later"): trying again later with a new HELLO may succeed, unlike
+    after an unusable WELCOME."""
+
+
 @dataclass(frozen=True)
 class Welcome:
     collector_id: int
@@ -99,7 +104,8 @@ def reachable_endpoint(endpoint: str, connect: str) -> str:
 def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient | None = None,
              timeout_s: float = 30.0, retry_s: float = 1.0, envs: int = 0,
              should_stop: Callable[[], bool] = lambda: False) -> Welcome:
-    """HELLO -> WELCOME over a DEALER socket; RegistrationError after `timeout_s`, on a refusal or on stop."""
+    """HELLO -> WELCOME over a DEALER socket. HeadUnavailable after `timeout_s` without an answer or on a refusal;
+    RegistrationError on stop or an unusable WELCOME."""
     hello = {"host": pysocket.gethostname(), "pid": os.getpid(), "slot": slot, "nonce": uuid.uuid4().hex,
              "envs": envs}
     sock = client_socket(ctx, zmq.DEALER, curve)
@@ -123,14 +129,14 @@ def register(ctx: zmq.Context, connect: str, slot: int = -1, curve: CurveClient 
                 if msg.header.msg_type != WELCOME:
                     raise RegistrationError(f"expected WELCOME, got type {msg.header.msg_type}")
                 return _parse_welcome(msg.payload, connect)
-        raise RegistrationError(f"no WELCOME from {connect} within {timeout_s:.0f} s")
+        raise HeadUnavailable(f"no WELCOME from {connect} within {timeout_s:.0f} s")
     finally:
         sock.close(linger=0)
 
 
 def _parse_welcome(data: dict[str, Any], connect: str) -> Welcome:
     if "refused" in data:
-        raise RegistrationError(f"the head refused the registration: {str(data['refused'])[:300]}")
+        raise HeadUnavailable(f"the head refused the registration: {str(data['refused'])[:300]}")
     try:
         config = Config.from_dict(data["config"])
         check_welcome(config)  # what this collector builds and schedules from: the head's ranges, checked here too

@@ -212,14 +212,19 @@ class Collector:
         return True
 
     def run(self, max_steps: int | None = None) -> str:
-        """Step until told to stop; returns why ('stop', 'head_silent', 'max_steps', 'send')."""
+        """Step until told to stop; returns why: 'head_silent', 'stop' (STOP, a stop request, a reclaimed
+        registration), 'max_steps', or 'send' (a send the link abandoned without being told to stop)."""
         while max_steps is None or self.timing.steps < max_steps:
             self.link.poll_head()  # first: env start-up may have outlasted head_timeout_s
             if self.link.must_exit():
-                return "head_silent" if self.link.head_silent() else "stop"
-            if not self.step():
-                return "send"
+                return self._exit_reason()
+            if not self.step():  # a send gives up when the link must exit: while waiting for credit, say
+                return self._exit_reason() if self.link.must_exit() else "send"
         return "max_steps"
+
+    def _exit_reason(self) -> str:
+        """Why the link says to stop: 'head_silent' when nothing came from the head for head_timeout_s, else 'stop'."""
+        return "head_silent" if self.link.head_silent() else "stop"
 
     def close(self) -> None:
         for env in self.envs:

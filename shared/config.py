@@ -217,7 +217,7 @@ class TransportConfig:
     # and kernel buffers alone bound the queue). Unlike byte buffers it bounds staleness exactly: data in
     # flight <= (max_chunks_in_flight + envs_per_collector) * chunk_steps transitions per collector.
     max_chunks_in_flight: int = 0
-    head_timeout_s: float = 10.0  # collectors exit when the head is silent this long
+    head_timeout_s: float = 10.0  # collectors take a head silent this long for gone: remote ones rejoin, the head's own exit
     stall_timeout_s: float = 30.0  # head restarts a collector silent this long
 
 

@@ -3,8 +3,8 @@ the head reclaims: it learns so from its data socket and registers again, instea
 
 The head promises a CREDIT on every data socket at least every `credit_every_s` (the WELCOME says so); a
 collector that still hears the head's weights socket transport.head_timeout_s after its last CREDIT knows its
-registration is gone, and a collector whose head stopped altogether exits instead (docs/PROTOCOL.md,
-"Registrations end")."""
+registration is gone; a head that stopped altogether is head silence instead (docs/PROTOCOL.md, "Registrations
+end" and "Liveness and shutdown")."""
 
 from __future__ import annotations
 
