@@ -176,10 +176,10 @@ class Bench:
     def pipeline(self, n: int, train: bool, rep: int = 0) -> float | None:
         """Our pipeline through the head API, rated in steady state (after the first data arrived).
 
-        run_training's own env_steps_per_s divides by a wall time that includes collector
+        the head's own env_steps_per_s divides by a wall time that includes collector
         start-up, which the baselines exclude; so a watcher thread tails the head's metrics.jsonl
         (logged every PIPELINE_LOG_S), snapshots the process tree's CPU time at every new row,
-        and sets run_training's stop_event `seconds` after the first data arrived. The rate is
+        and sets the head's stop_event `seconds` after the first data arrived. The rate is
         taken between that first data row and the last row where data arrived, and the CPU time
         between the snapshots of those same rows. If no steady window happened within the
         start-up cap, the figure is null with the reason (the start-up-diluted summary rate
@@ -199,22 +199,22 @@ class Bench:
         snaps: dict[int, tuple[float, dict[int, float]]] = {}  # metrics row -> (env_steps, CPU snapshot when it appeared)
 
         def call() -> dict[str, Any]:
-            from launcher.head import run_training
+            from launcher.head import Head, StopAt
 
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log_path = run_dir.parent / f"{label}.stdout.log"
             stop, done = threading.Event(), threading.Event()
-            kwargs: dict[str, Any] = {"max_seconds": self.seconds + self.startup_allowance, "train": train,
-                                      "stop_event": stop}
+            stop_at = StopAt(seconds=self.seconds + self.startup_allowance)
             threading.Thread(target=stop_after_first_data, daemon=True, name="bench-watch",
                              args=(run_dir / "metrics.jsonl", self.seconds + PIPELINE_LOG_S, stop, done, snaps, n)).start()
             try:
                 with open(log_path, "w") as log, contextlib.redirect_stdout(log):  # progress lines would bury the table
-                    res = run_training(cfg, str(run_dir), **kwargs)
+                    with Head(cfg, run_dir, train=train) as head:
+                        res = head.run(stop_at, stop)
             finally:
                 done.set()
             if not isinstance(res, dict) or res.get("env_steps_per_s") is None:
-                raise RuntimeError(f"run_training returned no env_steps_per_s: {res!r}")
+                raise RuntimeError(f"the head's run returned no env_steps_per_s: {res!r}")
             return {**res, "stdout_log": str(log_path)}
 
         res = self.attempt(label, (), call)

@@ -7,11 +7,14 @@ or (with learner.init_from) given another run's network, and only then are colle
 started. The main thread runs the learner and, between updates, the periodic work: progress lines,
 metrics, supervision, checkpoints and stop conditions. Shutdown reverses the order: collectors are
 told to stop (STOP broadcast, then SIGTERM, then SIGKILL for stragglers), the checkpoint is written,
-threads joined and sockets closed.
+threads joined and sockets closed. Both are one path: every part, once built, registers how it is
+closed on the head's exit stack, so a start that fails half way and `close()` unwind the same steps in
+reverse order of construction (a failed start writes no checkpoint).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,7 +45,7 @@ from shared.env_factory import env_spec
 from shared.env_spec import EnvSpec
 from shared.keys import load_server
 from shared.protocol import ObsSpec
-from shared.stop_flag import StopFlag, StopRequest
+from shared.stop_flag import StopRequest
 from shared.tempdirs import owned_tempdir, sweep_stale
 
 log = logging.getLogger("mario_apex.head")
@@ -89,15 +92,24 @@ class Head:
         """`env_spec`: the env's spec when the caller has read it already (the CLI does, to check memory);
         None: the head reads it. Either way the env is built at most once."""
         self._closed = False
-        self._parts: list[Any] = []  # what a failed start must undo, in order of creation
+        self._started = False  # set once every part is built: a failed start unwinds without a checkpoint
+        self._checkpoint_on_close = True
+        self._stack = contextlib.ExitStack()  # how each built part is closed, in order of construction
         self.inprocess = inprocess  # collectors as threads over inproc:// (one process, one debugger, one log)
         self.launcher = launcher  # "local": child processes of the head; "ray": actors on a Ray cluster
         self.ray_address = ray_address
         try:
             self._start(cfg, run_dir, train, resume, env_spec)
         except BaseException:
-            self._undo_start()
+            self._unwind()  # a failed start leaves nothing behind: threads stopped, sockets closed, folders removed
             raise
+        self._started = True
+
+    def __enter__(self) -> Head:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _start(self, cfg: Config, run_dir: Path, train: bool, resume: Path | None, spec: EnvSpec | None) -> None:
         self.cfg = cfg
@@ -117,21 +129,22 @@ class Head:
         self.replay = ReplayBuffer.build(cfg.replay, spec, self.device, seed=sampler_seed)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # room for every registration (before the first socket)
-        self._parts.append(self.ctx)
+        self._stack.callback(self._close_context)  # last: every socket is closed by then
+        self._stack.callback(self._remove_endpoints_file)
         t = cfg.transport
         curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
         sweep_stale()  # ipc folders of heads killed before they could remove them
         self.ipc_dir: Path | None = None  # only with transport.local_transport=ipc (shared/config.py says why)
         if t.local_transport == "ipc":
             self.ipc_dir = Path(owned_tempdir())
-            self._parts.append(self.ipc_dir)
+            self._stack.callback(shutil.rmtree, self.ipc_dir, True)
         self.publisher = WeightPublisher(
             [f"tcp://{t.bind}:{t.port + 1 if t.port else 0}",
              *([f"ipc://{self.ipc_dir / 'weights.ipc'}"] if self.ipc_dir else []),
              *([f"inproc://mapx-weights-{id(self)}"] if self.inprocess else [])],
             context=self.ctx, heartbeat_s=cfg.collectors.heartbeat_s, curve=curve,
         )
-        self._parts.append(self.publisher)
+        self._stack.callback(self.publisher.close)
         remote_weights = self.publisher.endpoints[0]
         local_weights = self.publisher.endpoints[1] if self.ipc_dir else remote_weights
         # one rate limiter: the learner asks it before sampling, the consolidation thread before inserting
@@ -140,6 +153,7 @@ class Head:
         self.learner = Learner(cfg.learner, cfg.replay, spec, self.replay, self.device,
                                on_weights=self.publisher.publish, config_json=cfg.to_json(),
                                meter_window_s=cfg.logging.interval_s, rate_limiter=self.limiter)
+        self._stack.callback(self.learner.close)
         self.counters: dict[str, int] = {}
         if resume is not None:
             self._resume(resume)
@@ -159,13 +173,14 @@ class Head:
             own_pids=lambda: self.supervisor.pids() if hasattr(self, "supervisor") else (),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
         )
-        self._parts.append(registrar)
+        self._stack.callback(self._close_registrar, registrar)
         self.consolidation = ConsolidationThread(
             self.replay, obs_spec, registrar, transport=t, collectors=cfg.collectors,
             episode_window=cfg.logging.episode_window, latest_weight_version=lambda: self.publisher.version,
             gate=self.limiter,
         )
-        self._parts.append(self.consolidation)
+        self._stack.callback(self.consolidation.stop)
+        self._stack.callback(self._final_checkpoint)  # after the collectors stopped, before the threads do
         # the ingest thread writes into a device replay: it pauses while the learner records a CUDA graph
         self.learner.capture_guard = self.consolidation.writes_paused
         self.consolidation.start()
@@ -180,13 +195,15 @@ class Head:
                 registrar.allow, self.consolidation.stall_clock_of_pid, t.stall_timeout_s,
                 on_exit=self.consolidation.forget_pid, address=self.ray_address,
             )
-            self._parts.append(self.supervisor)  # close(): leave the cluster
+            self._stack.callback(self.supervisor.close)  # leave the cluster
         else:
             self.supervisor = CollectorSupervisor(
                 cfg.collectors.count, self._collector_argv, self._stall_clock, t.stall_timeout_s,
                 env=_collector_env(), log_dir=str(self.run_dir / "collectors"), on_exit=self.consolidation.forget_pid,
             )
+        self._stack.callback(self._stop_collectors)
         self.metrics = MetricsLogger(self.run_dir, cfg.logging)
+        self._stack.callback(self.metrics.close)
         self.progress = ProgressTracker(cfg.logging.episode_window, base_env_steps=self.counters.get("env_steps", 0))
         self.checkpoint_failures = 0
         lg = cfg.logging
@@ -195,23 +212,11 @@ class Head:
             write_snapshot=lambda d: self.learner.save_eval_snapshot(d, counters={"env_steps": self.env_steps()}),
             seed=cfg.env.seed, keep=lg.eval_keep,
         )
+        self._stack.callback(self.evaluator.close)
         self.endpoints = {"control": self.consolidation.control_endpoint, "weights": remote_weights,
                           "weights_local": local_weights}
         _write_json(self.run_dir / ENDPOINTS_FILE, self.endpoints)  # port 0: where the head is reachable
         log.info("listening: control %s, weights %s", self.endpoints["control"], remote_weights)
-
-    def _undo_start(self) -> None:
-        """A failed start leaves nothing behind: threads stopped, sockets closed, temp folders removed."""
-        for part in reversed(self._parts):
-            try:
-                if isinstance(part, Path):
-                    shutil.rmtree(part, ignore_errors=True)
-                elif isinstance(part, zmq.Context):  # last: the parts created after it are closed by now
-                    part.destroy(linger=0)  # not term(): a socket a half-built part left open would block it forever
-                else:
-                    part.stop() if isinstance(part, ConsolidationThread) else part.close()
-            except Exception as exc:  # noqa: BLE001 - report the original failure, not this one
-                log.debug("cleanup after a failed start: %r", exc)
 
     # ------------------------------------------------------------------ wiring helpers
     def _collector_argv(self, slot: int) -> list[str]:
@@ -364,59 +369,67 @@ class Head:
 
     # ------------------------------------------------------------------ shutdown
     def close(self, checkpoint: bool = True) -> None:
-        """Stop collectors, write the checkpoint, stop threads, close sockets. Idempotent."""
+        """Stop collectors, write the checkpoint (unless `checkpoint` is false), stop threads, close sockets: the
+        exit stack's steps (see the module docstring). Idempotent."""
         if self._closed:
             return
+        self._checkpoint_on_close = checkpoint
+        self._unwind()
+
+    def _unwind(self) -> None:
+        """Every registered closing step, newest first; one that fails is logged and the rest still run."""
         self._closed = True
-        self.evaluator.close()
+        try:
+            self._stack.close()  # a step that raises does not keep the later ones from running
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless; the first failure is reported
+            log.warning("a shutdown step failed: %r", exc)
+
+    def _stop_collectors(self) -> None:
+        """STOP to every collector, then the supervisor's SIGTERM and SIGKILL for stragglers."""
         try:
             self.publisher.stop_collectors()
         except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless
             log.warning("STOP broadcast failed: %r", exc)
         self.supervisor.stop(grace_s=5.0)
-        if checkpoint and self.train:
-            try:
-                self.save_checkpoint()
-            except Exception as exc:  # noqa: BLE001 - shutdown goes on; `python -m launcher` exits 3
-                self.final_checkpoint_error = " ".join(f"{type(exc).__name__}: {exc}".split())
-                since = (f"its last checkpoint ({self.last_checkpoint})" if self.last_checkpoint
-                         else "it started (it wrote no checkpoint)")
-                log.error("final checkpoint failed (%s): the training this run did since %s is not on disk",
-                          self.final_checkpoint_error, since)
-        self.learner.close()
-        self.consolidation.stop()
-        self.publisher.close()
-        self.metrics.close()
-        if self.consolidation.is_alive() or self.publisher.alive():
-            log.warning("a head thread did not stop; closing its sockets from here")
-            self.ctx.destroy(linger=0)
-        else:
+
+    def _final_checkpoint(self) -> None:
+        """The checkpoint at shutdown: none after a failed start, nor with close(checkpoint=False) or --no-train."""
+        if not (self._started and self._checkpoint_on_close and self.train):
+            return
+        try:
+            self.save_checkpoint()
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on; `python -m launcher` exits 3
+            self.final_checkpoint_error = " ".join(f"{type(exc).__name__}: {exc}".split())
+            since = (f"its last checkpoint ({self.last_checkpoint})" if self.last_checkpoint
+                     else "it started (it wrote no checkpoint)")
+            log.error("final checkpoint failed (%s): the training this run did since %s is not on disk",
+                      self.final_checkpoint_error, since)
+
+    def _close_registrar(self, registrar: Registrar) -> None:
+        """The registrar's sockets, unless the consolidation thread that owns them is still running (it closes them
+        when it stops; the context's destroy does otherwise)."""
+        consolidation = getattr(self, "consolidation", None)
+        if consolidation is None or not consolidation.is_alive():
+            registrar.close()
+
+    def _close_context(self) -> None:
+        """term() after a clean shutdown; destroy(linger=0) after a failed start (a socket a half-built part left
+        open would block term() forever) or when a head thread did not stop."""
+        alive = getattr(self, "consolidation", None) is not None and self.consolidation.is_alive() or \
+            getattr(self, "publisher", None) is not None and self.publisher.alive()
+        if self._started and not alive:
             self.ctx.term()
-        if self.ipc_dir is not None:
-            shutil.rmtree(self.ipc_dir, ignore_errors=True)
+            return
+        if self._started:
+            log.warning("a head thread did not stop; closing its sockets from here")
+        self.ctx.destroy(linger=0)
+
+    def _remove_endpoints_file(self) -> None:
         try:  # a run dir gone read-only (a disk error) must not turn the exit status into a traceback's
             (self.run_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
         except OSError as exc:
             log.warning("could not remove %s (%s); it names endpoints this head no longer serves",
                         self.run_dir / ENDPOINTS_FILE, " ".join(f"{type(exc).__name__}: {exc}".split()))
-
-
-def run_training(
-    cfg: Config,
-    run_dir: str | Path,
-    max_env_steps: int | None = None,
-    max_seconds: float | None = None,
-    train: bool = True,
-    max_updates: int | None = None,
-    resume: str | Path | None = None,
-    stop_event: StopRequest | None = None,
-) -> dict[str, Any]:
-    """Run a whole training cluster in this process until a limit or `stop_event`; return a summary."""
-    head = Head(cfg, Path(run_dir), train=train, resume=Path(resume) if resume else None)
-    try:
-        return head.run(StopAt(max_env_steps, max_updates, max_seconds), stop_event or StopFlag())
-    finally:
-        head.close()
 
 
 def _collector_env() -> dict[str, str]:

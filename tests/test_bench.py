@@ -121,6 +121,26 @@ def _fake_module(monkeypatch, name: str, **attrs) -> None:
     monkeypatch.setitem(sys.modules, name, module)
 
 
+def _fake_head(monkeypatch, run) -> None:
+    """launcher.head with a Head whose run() is `run(cfg, run_dir, max_seconds=..., train=..., stop_event=...)`."""
+    from launcher.head import StopAt
+
+    class Head:
+        def __init__(self, cfg, run_dir, train: bool = True) -> None:
+            self.cfg, self.run_dir, self.train = cfg, run_dir, train
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+        def run(self, stop_at, stop_event):
+            return run(self.cfg, str(self.run_dir), max_seconds=stop_at.seconds, train=self.train, stop_event=stop_event)
+
+    _fake_module(monkeypatch, "launcher.head", Head=Head, StopAt=StopAt)
+
+
 def _run(monkeypatch, tmp_path, *args: str) -> dict:
     """One backend (the default config's): the faked parts count their calls for one paired sequence."""
     out = tmp_path / "latest.json"
@@ -147,7 +167,7 @@ def test_pipeline_figures_are_steady_rates_from_the_head(monkeypatch, tmp_path):
         print("[PROGRESS] this goes to the log file, not the table")
         return {"env_steps": 999, "elapsed_s": 7.0, "env_steps_per_s": 1.0, "updates": 3, "updates_per_s": 3.0}
 
-    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
+    _fake_head(monkeypatch, run_training)
     data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE, "--quick", "--collectors", "2", "--seconds", "0.5")
     assert data["pipeline_sps"] == pytest.approx(90.0) and data["training_sps"] == pytest.approx(40.0)
     wall = 0.5 + bench.STARTUP_ALLOWANCE_S[True]
@@ -196,7 +216,7 @@ def test_pairs_are_interleaved_and_reported_as_median_and_spread(monkeypatch, tm
                 "train": {"sps": 50.0, "updates_per_s": 4.0, "cpu_s_per_1k_steps": 20.0}}
 
     _fake_module(monkeypatch, "bench.baselines", EmulatorCeiling=FakeCeiling, run_naive_pipeline=run_naive_pipeline)
-    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
+    _fake_head(monkeypatch, run_training)
     data = _run(monkeypatch, tmp_path, "--seconds", "0.5",
                 *[a for p in ("components", "scale", "sweep") for a in ("--skip", p)])
     assert order == ["ceiling", "project", "drain", "naive", "train"] * 3
@@ -228,7 +248,7 @@ def test_pipeline_without_steady_window_is_null_not_startup_diluted(monkeypatch,
     def run_training(cfg, run_dir, max_env_steps=None, max_seconds=None, train=True, stop_event=None):
         return {"env_steps": 0, "elapsed_s": 14.0, "env_steps_per_s": 0.0, "updates": 0, "updates_per_s": 0.0}
 
-    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
+    _fake_head(monkeypatch, run_training)
     data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE)
     assert data["pipeline_sps"] is None and "no steady-state window" in data["errors"]["pipeline_sps"]
     assert data["details"]["pipeline"][0]["env_steps_per_s"] == 0.0
@@ -302,7 +322,7 @@ def test_pipeline_failure_is_an_explicit_error(monkeypatch, tmp_path):
     def run_training(*args, **kwargs):
         raise RuntimeError("head exploded")
 
-    _fake_module(monkeypatch, "launcher.head", run_training=run_training)
+    _fake_head(monkeypatch, run_training)
     data = _run(monkeypatch, tmp_path, *SKIP_ALL_BUT_PIPELINE)
     assert data["pipeline_sps"] is None and "head exploded" in data["errors"]["pipeline_sps"]
     assert "head exploded" in data["details"]["pipeline_0"]["error"]

@@ -120,6 +120,34 @@ def test_a_failed_start_leaves_no_temp_folder_and_no_socket(tmp_path, taken: int
     head.close(checkpoint=False)
 
 
+@pytest.mark.timeout(120)
+def test_a_start_failing_after_the_threads_started_unwinds_like_a_close_without_a_checkpoint(tmp_path,
+                                                                                              monkeypatch) -> None:
+    """The last parts fail to build (the evaluator): the ingest and weights threads already run, the supervisor exists.
+    The exit stack stops them, closes every socket and temp folder, and writes no checkpoint; the ports are free."""
+    import threading
+
+    class Broken(Exception):
+        pass
+
+    def broken_evaluator(*args, **kwargs):
+        raise Broken("no evaluator")
+
+    monkeypatch.setattr(head_module, "PeriodicEvaluator", broken_evaluator)
+    before, threads = _our_temp_dirs(), set(threading.enumerate())
+    cfg = replace(cartpole(), transport=TransportConfig(port=0, local_transport="ipc"))
+    with pytest.raises(Broken):
+        Head(cfg, tmp_path / "run")
+    assert set(threading.enumerate()) - threads == set()  # consolidation and the publisher's threads joined
+    assert _our_temp_dirs() - before == set()
+    assert not (tmp_path / "run" / "checkpoint").exists() and not (tmp_path / "run" / "endpoints.json").exists()
+    monkeypatch.undo()
+    with Head(replace(cartpole(), transport=TransportConfig(port=0)), tmp_path / "run2") as head:
+        assert head.endpoints["control"].startswith("tcp://127.0.0.1:")
+    assert (tmp_path / "run2" / "checkpoint" / "meta.json").is_file()  # a close after a good start checkpoints
+    assert not (tmp_path / "run2" / "endpoints.json").exists()
+
+
 def test_port_0_binds_free_ports_and_reports_them(tmp_path) -> None:
     """--port 0: the head binds any free control and weights ports and says which (endpoints.json in the run dir,
     removed at exit), so nothing probes a port, releases it and hopes to bind it later."""
