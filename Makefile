@@ -27,7 +27,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-random test-fast test-env run bench soak eval suite lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env run bench soak soak-net eval suite lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9 help
 
 install: $(STAMP)
@@ -45,6 +45,7 @@ help:
 	@echo "make levels       train and ship levels until cleared: LEVELS=\"2-1 3-1\" HOURS=4 per level (docs/CHECKPOINTS.md)"
 	@echo "make bench        throughput against the emulator ceiling and the naive design (BENCHMARKS.md)"
 	@echo "make soak         the fault soak, SOAK_MINUTES (60) of injected failures"
+	@echo "make soak-net     the multi-host fault soak (root: network namespaces), SOAK_NET_MINUTES (30) of network faults"
 	@echo "make keys         CURVE keys for collectors on other machines: KEYS_DIR=keys [CLIENTS=\"m1 m2\"] (docs/clusters.md)"
 	@echo "make install      the venv only (make run and make test do it themselves)"
 	@echo "make record-golden        rewrite the Mario env's golden fixture (on purpose only)"
@@ -118,6 +119,15 @@ SOAK_JSON ?= runs/soak.json
 soak: $(TRAIN_STAMP)
 	@mkdir -p $(dir $(SOAK_JSON))
 	$(VPY) -m bench.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
+
+# Multi-host fault soak (tests/hostile/soak_net.py): a CURVE head and remote collectors on network-namespace hosts for
+# SOAK_NET_MINUTES of partitions, latency, bandwidth caps, stalls, resets, head kills (resumed on the same port) and
+# lost machines; exit 1 if an acknowledged chunk was lost or stored twice, or another invariant failed. Needs root.
+SOAK_NET_MINUTES ?= 30
+SOAK_NET_JSON ?= runs/soak-net.json
+soak-net: $(TRAIN_STAMP)
+	@mkdir -p $(dir $(SOAK_NET_JSON))
+	$(VPY) -m tests.hostile.soak_net --minutes $(SOAK_NET_MINUTES) --json $(SOAK_NET_JSON)
 
 eval: $(TRAIN_STAMP)
 	@test -n "$(CHECKPOINT)" || { echo "usage: make eval CHECKPOINT=runs/<run>" >&2; exit 2; }

@@ -135,7 +135,7 @@ class TaggedCollector:
         self.registrations = 0
         self.errors: list[str] = []
         self._fake: A.FakeCollector | None = None
-        self._by_seq: dict[int, int] = {}
+        self._by_seq: dict[int, int] = {}  # seq -> chunk number of the chunks sent and not yet acknowledged
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tagged-collector", daemon=True)
 
@@ -165,7 +165,8 @@ class TaggedCollector:
             if header.msg_type == CREDIT:
                 fake.credited = max(fake.credited, header.seq)
             timeout_ms = 0
-        self.credited |= {n for s, n in self._by_seq.items() if s <= fake.credited}
+        for seq in [s for s in self._by_seq if s <= fake.credited]:  # acknowledged: no longer awaited
+            self.credited.add(self._by_seq.pop(seq))
 
     def _run(self) -> None:
         try:

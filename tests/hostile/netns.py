@@ -9,7 +9,9 @@ The router delivers every TCP connection that arrives from its host to itself (p
 lookup 100`, table 100 `local default`), so a transparent proxy listening there (IP_TRANSPARENT) is on the path
 of every connection the host opens to the head, whatever the port (tests/hostile/fault_proxy.py); nothing else
 is forwarded. `partition(i)` sets lan i down at the router (the host sees its carrier go) and `heal(i)` sets it
-up again: established connections survive a short partition, as on a real network.
+up again: established connections survive a short partition, as on a real network. `lose_host(i)` is a
+machine lost without a goodbye (its link deleted, its processes killed, its namespace deleted) and
+`restore_host(i)` a fresh, empty one in its place, behind the same router.
 
 Names start with `hx<pid>` and addresses come from a 10.x.y.0/24 chosen from the pid, so parallel runs do not
 clash. Everything made is removed on exit (`close`): processes started in the namespaces (`popen`) and adopted
@@ -206,6 +208,7 @@ class HostNet:
         self.tag = f"{PREFIX}{os.getpid()}"
         self.hosts: list[Host] = []
         self.head_ip = ""
+        self._net = ""  # the 10.x.y of the hosts' addresses
         self._procs: list[subprocess.Popen] = []
         self._guardian: subprocess.Popen | None = None
 
@@ -230,33 +233,46 @@ class HostNet:
         remove(self.tag)  # a pid of ours that an earlier, dead process had
         self._guardian = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), "--guard", self.tag],
                                           stdin=subprocess.PIPE, start_new_session=True)
-        net = self._subnet()
+        self._net = self._subnet()
         for i in range(self.count):
-            host, router = f"{self.tag}h{i}", f"{self.tag}r{i}"
-            up, lan = f"{self.tag}u{i}", f"{self.tag}l{i}"
-            base = 8 * i
-            up_root, up_router = f"{net}.{base + 1}", f"{net}.{base + 2}"
-            lan_router, lan_host = f"{net}.{base + 5}", f"{net}.{base + 6}"
-            _ip("netns", "add", router)
-            _ip("netns", "add", host)
-            self.hosts.append(Host(i, host, router, lan, up_router, up))
-            _ip("link", "add", up, "type", "veth", "peer", "name", f"{up}r", "netns", router)
-            _ip("addr", "add", f"{up_root}/30", "dev", up)
-            _ip("link", "set", up, "up")
-            _ip("link", "add", lan, "type", "veth", "peer", "name", f"{lan}h", "netns", host, ns=router)
-            for ns, dev, addr, gateway in ((router, f"{up}r", up_router, up_root),
-                                           (host, f"{lan}h", lan_host, lan_router)):
-                _ip("addr", "add", f"{addr}/30", "dev", dev, ns=ns)
-                _ip("link", "set", dev, "up", ns=ns)
-                _ip("link", "set", "lo", "up", ns=ns)
-                if ns == router:
-                    _ip("addr", "add", f"{lan_router}/30", "dev", lan, ns=router)
-                    _ip("link", "set", lan, "up", ns=router)
-                _ip("route", "add", "default", "via", gateway, ns=ns)
-            # everything the host sends is delivered to the router itself: to the proxy listening there
-            _ip("rule", "add", "iif", lan, "lookup", "100", "pref", "100", ns=router)
-            _ip("route", "add", "local", "default", "dev", "lo", "table", "100", ns=router)
-        self.head_ip = f"{net}.1"  # uplink 0's root end: the routers of the other hosts route to it as well
+            self._add_router(i)
+            self._add_host(i)
+        self.head_ip = f"{self._net}.1"  # uplink 0's root end: the routers of the other hosts route to it as well
+
+    def _addresses(self, i: int) -> tuple[str, str, str, str]:
+        """Host i's /29: (uplink root end, uplink router end, lan router end, lan host end)."""
+        base = 8 * i
+        return tuple(f"{self._net}.{base + k}" for k in (1, 2, 5, 6))  # type: ignore[return-value]
+
+    def _add_router(self, i: int) -> None:
+        """Router i and its uplink to the root namespace; everything arriving on lan i is delivered to itself."""
+        router, up = f"{self.tag}r{i}", f"{self.tag}u{i}"
+        up_root, up_router, _, _ = self._addresses(i)
+        _ip("netns", "add", router)
+        self.hosts.append(Host(i, f"{self.tag}h{i}", router, f"{self.tag}l{i}", up_router, up))
+        _ip("link", "add", up, "type", "veth", "peer", "name", f"{up}r", "netns", router)
+        _ip("addr", "add", f"{up_root}/30", "dev", up)
+        _ip("link", "set", up, "up")
+        _ip("addr", "add", f"{up_router}/30", "dev", f"{up}r", ns=router)
+        _ip("link", "set", f"{up}r", "up", ns=router)
+        _ip("link", "set", "lo", "up", ns=router)
+        _ip("route", "add", "default", "via", up_root, ns=router)
+        _ip("route", "add", "local", "default", "dev", "lo", "table", "100", ns=router)
+
+    def _add_host(self, i: int) -> None:
+        """Host i's namespace and its lan link to router i."""
+        h = self.hosts[i]
+        _, _, lan_router, lan_host = self._addresses(i)
+        _ip("netns", "add", h.ns)
+        _ip("link", "add", h.lan, "type", "veth", "peer", "name", f"{h.lan}h", "netns", h.ns, ns=h.router)
+        _ip("addr", "add", f"{lan_router}/30", "dev", h.lan, ns=h.router)
+        _ip("link", "set", h.lan, "up", ns=h.router)
+        _ip("addr", "add", f"{lan_host}/30", "dev", f"{h.lan}h", ns=h.ns)
+        _ip("link", "set", f"{h.lan}h", "up", ns=h.ns)
+        _ip("link", "set", "lo", "up", ns=h.ns)
+        _ip("route", "add", "default", "via", lan_router, ns=h.ns)
+        # everything the host sends is delivered to the router itself: to the proxy listening there
+        _ip("rule", "add", "iif", h.lan, "lookup", "100", "pref", "100", ns=h.router)
 
     def _subnet(self) -> str:
         """10.<160..223>.<0..255> from the pid, skipping any /24 the root namespace already has addresses in."""
@@ -297,6 +313,20 @@ class HostNet:
 
     def heal(self, i: int) -> None:
         _ip("link", "set", self.hosts[i].lan, "up", ns=self.hosts[i].router)
+
+    def lose_host(self, i: int) -> None:
+        """Host i is gone without a goodbye, as a machine that loses power: its lan link is deleted (no FIN, no
+        RST reaches anyone), every process in its namespace is killed (SIGKILL), the namespace is deleted.
+        Router i stays; `restore_host(i)` brings a fresh host i back at the same address."""
+        h = self.hosts[i]
+        _ip("link", "del", h.lan, ns=h.router, check=False)  # the veth pair goes with its router end
+        _ip("rule", "del", "iif", h.lan, "lookup", "100", "pref", "100", ns=h.router, check=False)
+        _kill([p for p in self.ns_pids(h.ns) if p != os.getpid()])
+        _ip("netns", "del", h.ns, check=False)
+
+    def restore_host(self, i: int) -> None:
+        """A new, empty host i (after `lose_host(i)`): same names and addresses, nothing running."""
+        self._add_host(i)
 
     def popen(self, ns: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start `argv` inside namespace `ns` as a child that dies with the calling thread (PR_SET_PDEATHSIG)
