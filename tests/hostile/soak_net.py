@@ -92,8 +92,8 @@ from shared import tempdirs
 from shared.protocol import WEIGHTS, decode_header, encode_chunk
 from tests.hostile.fault_proxy import PortFollower
 from tests.hostile.netns import HostNet, unavailable
+from tests.hostile.remote_cluster import RECLAIMED, Cluster, RemoteTagged, zmq_context_in
 from tests.support.cluster import ROOT, head_env, kill_tree
-from tests.test_multihost_faults import RECLAIMED, Cluster, RemoteTagged, zmq_context_in
 
 HEAD_TIMEOUT_S = 8.0  # transport.head_timeout_s
 CHECKPOINT_EVERY_S = 15.0  # what a killed head loses: at most this much of acknowledged data
