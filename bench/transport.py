@@ -227,7 +227,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
 
 def _mario_available() -> bool:
     try:
-        from shared.mario_emulator import import_mario_package
+        from envs.mario.emulator import import_mario_package
 
         import_mario_package()  # without old gym's import banner
     except Exception:  # noqa: BLE001 - any import failure means: bench on the counting env

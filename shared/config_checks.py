@@ -2,7 +2,7 @@
 
 `Config.check_valid()` calls `check_all`; a collector calls `check_welcome` on the part of a config
 a head's WELCOME carries. Every failure is a `ConfigError` naming the field, the value and what is
-allowed. `check_memory` is called again by the CLI with the env's EnvSpec (shared/env_spec.py) once
+allowed. `check_memory` is called again by the CLI with the env's EnvSpec (envs/spec.py) once
 the env has been inspected.
 """
 
@@ -12,6 +12,8 @@ import ipaddress
 import math
 from typing import Any
 
+from envs.mario.backend import check_backend
+from envs.spec import EnvSpec
 from shared.config import (
     ACTION_SETS,
     COMPILE_MODES,
@@ -29,8 +31,6 @@ from shared.config import (
     TransportConfig,
     is_mario,
 )
-from shared.env_spec import EnvSpec
-from shared.mario_backend import check_backend
 from shared.sizes import available_memory_bytes, next_pow2
 from shared.values import is_finite_number, is_int
 

@@ -101,7 +101,7 @@ def network_template(config: Any) -> dict[str, torch.Tensor]:
     """The state_dict layout (names, shapes, dtypes) WEIGHTS must match for a run with `config`.
 
     Built on the meta device (shapes only, no memory), so it is cheap."""
-    from shared.env_factory import env_spec
+    from envs.factory import env_spec
     from shared.network import build_q_network_for
 
     spec = env_spec(config.env)

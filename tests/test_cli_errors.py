@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from config_optimized import load_profile
+from envs.spec import EnvSpec
 from launcher.__main__ import main
 from launcher.cli import parse_args
 from shared.config import ConfigError
@@ -30,7 +31,6 @@ from shared.config_checks import (
     estimate_network_bytes,
     estimate_network_params,
 )
-from shared.env_spec import EnvSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
@@ -313,7 +313,7 @@ def test_good_input_still_parses(tmp_path):
     ],
 )
 def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, num_actions):
-    from shared.mario_actions import num_actions as mario_actions
+    from envs.mario.actions import num_actions as mario_actions
     from shared.network import build_q_network
 
     cfg = load_profile("cpu", overrides)

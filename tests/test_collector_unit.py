@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.collector import Collector
 from actors.stream import StreamRecorder
 from config_optimized import load_config
+from envs.testing import decode_frame
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
-from shared.fake_env import decode_frame
 from shared.weights import cpu_state, encode_weights, network_template
 from tests.support.fake_link import FakeLink
 

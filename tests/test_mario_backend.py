@@ -1,4 +1,4 @@
-"""env.backend: auto | nes-py | retro (shared/mario_backend.py), with and without stable-retro installed.
+"""env.backend: auto | nes-py | retro (envs/mario/backend.py), with and without stable-retro installed.
 
 Without the optional install is simulated here, so both sides are checked on every machine: retro is refused in
 one line, auto falls back to nes-py and says so once.
@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from shared import mario_backend
+from envs.mario import backend as mario_backend
 from shared.config import Config, ConfigError, EnvConfig
 from shared.config_checks import check_all
 
@@ -38,7 +38,7 @@ def test_retro_without_the_install_is_refused_in_one_line(without_retro) -> None
 
 
 def test_auto_falls_back_to_nes_py_with_one_log_line(without_retro, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="shared.mario_backend"):
+    with caplog.at_level(logging.INFO, logger="envs.mario.backend"):
         assert mario_backend.resolve_backend("auto") == "nes-py"
         assert mario_backend.resolve_backend("auto") == "nes-py"
     lines = [r.getMessage() for r in caplog.records]

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+import envs.testing  # noqa: F401  (registers ApeXCounting-v0)
+from envs.spec import EnvSpec
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
-from shared.env_spec import EnvSpec
 from shared.network import ImpalaCNN, NatureCNN, build_q_network, conv_space_to_depth, use_space_to_depth
 from tests.support.head_runs import run_inprocess_head
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config

@@ -29,8 +29,8 @@ Episode ends:
 Every reset restores the state right after the start screen: the emulator has no randomness,
 so episodes are fully determined by the actions; `seed` only seeds `np_random`.
 
-Backends (`backend`, shared/mario_backend.py): "nes-py" (the package's emulator) or "retro" (stable-retro's FCEUmm
-core, shared/mario_retro.py): everything above the emulator's frame is this class, the same for both.
+Backends (`backend`, envs/mario/backend.py): "nes-py" (the package's emulator) or "retro" (stable-retro's FCEUmm
+core, envs/mario/retro.py): everything above the emulator's frame is this class, the same for both.
 
 info: x_pos, flag_get (reached on this step), world, stage, score, life, time - read from RAM.
 """
@@ -44,11 +44,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from shared.mario_actions import action_buttons
-from shared.mario_backend import open_emulator
-from shared.mario_emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH, MarioEmulator
-from shared.mario_retro import RetroMarioEmulator
-from shared.mario_reward import DEATH_PENALTY, FLAG_BONUS, max_dx
+from envs.mario.actions import action_buttons
+from envs.mario.backend import open_emulator
+from envs.mario.emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH, MarioEmulator
+from envs.mario.retro import RetroMarioEmulator
+from envs.mario.reward import DEATH_PENALTY, FLAG_BONUS, max_dx
 
 
 def _positive_int(name: str, value: int) -> int:

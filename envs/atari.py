@@ -15,7 +15,7 @@ AtariPreprocessing do it), applied per agent step / reset:
     > 0) returns terminated=True with info["episode_continues"]=True. The game is NOT over: the
     next `reset()` (without a seed) goes on playing it (one NOOP step, then FIRE where needed)
     instead of restarting. The collector flags the transition terminal (no bootstrap) but keeps
-    one episode, for reporting, until the game is over (shared/env_factory.episode_continues);
+    one episode, for reporting, until the game is over (envs/factory.episode_continues);
   * reward clipping to [-1, 1] (clip_rewards); info["raw_reward"] keeps the unclipped score so
     reported episode returns are game scores;
   * truncated=True after max_episode_steps agent steps of one game, or at ALE's own frame cap
