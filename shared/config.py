@@ -5,7 +5,8 @@ and sends the relevant sections to collectors as JSON when they register (never 
 Hardware profiles that fill these dataclasses live in the top-level `config_optimized.py`.
 
 Every field carries a one-line comment saying what it trades. `Config.check_valid()` raises
-`ConfigError` naming the field, the value and what is allowed (the rules: shared/config_checks.py).
+`ConfigError` naming the field, the value and what is allowed (the rules: shared/config_checks.py,
+and those that need to know the envs: envs/checks.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, get_type_hints
 
-from envs.mario.actions import ACTION_LISTS  # a plain table: no emulator, no torch
-
 MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 MARIO_PREFIX = "SuperMarioBros"
 ATARI_PREFIX = "ALE/"  # ale-py's Gymnasium namespace: ALE/Pong-v5, ALE/Breakout-v5, ...
-ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (envs/mario/actions.py)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 STEP_MODES = ("eager", "device", "captured")
@@ -255,9 +253,9 @@ class Config:
     # ------------------------------------------------------------------ validation
     def check_valid(self, available_bytes: int | None = None) -> Config:
         """Raise ConfigError for the first bad field; return self so calls chain."""
-        from shared.config_checks import check_all  # the rules live beside their helpers (no cycle at import)
+        from envs.checks import check_config  # the env-aware entry to shared/config_checks.py (no cycle at import)
 
-        check_all(self, available_bytes)
+        check_config(self, available_bytes)
         return self
 
     # ------------------------------------------------------------------ overrides

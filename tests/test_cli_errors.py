@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from config_optimized import load_profile
+from envs.checks import spec_from_config
 from envs.spec import EnvSpec
 from launcher.__main__ import main
 from launcher.cli import parse_args
@@ -330,8 +331,9 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         noisy_sigma=cfg.learner.noisy_sigma,
     )
     params = sum(p.numel() for p in built.parameters())
-    spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,
-                                                  num_actions, stack)
+    # Mario's cases: the spec the config alone implies (what check_valid sizes the network by)
+    spec = spec_from_config(cfg) if obs_shape is None else EnvSpec(
+        obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32, num_actions, stack)
     assert estimate_network_params(cfg, spec) == params
     copies = LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
     assert estimate_network_bytes(cfg, spec) == 4 * params * copies

@@ -168,6 +168,7 @@ def test_env_spec_carries_the_configs_reward_handling_and_its_description() -> N
 
 def test_config_only_modules_do_not_import_torch_or_gymnasium() -> None:
     """The config checks use EnvSpec where neither is installed (Python 3.13: no torch)."""
-    code = ("import sys; import envs.spec, shared.config_checks; "
+    code = ("import sys; import envs.spec, envs.checks, shared.config_checks; "
+            "from shared.config import Config; Config().check_valid(available_bytes=512 * 2**30); "
             "sys.exit('torch' in sys.modules or 'gymnasium' in sys.modules)")
     subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)
