@@ -71,8 +71,8 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml $(RETRO_REQUIREMENTS)
 	@$(PIP) install --quiet --upgrade "pip>=23" $(PIP_QUIET)
 	@$(PIP) install --quiet -e ".[$(subst $(eval) ,$(comma),$(filter-out retro,$(subst -, ,$*)))]" $(PIP_QUIET)
 	$(if $(filter retro,$(subst -, ,$*)),@$(PIP) install --quiet --no-deps -r $(RETRO_REQUIREMENTS) $(PIP_QUIET))
-	@$(VPY) -c "from shared.mario_emulator import import_mario_package; import_mario_package(); \
-		import shared, replay, ingest, actors, learner, nes_py, zmq, cv2 \
+	@$(VPY) -c "from envs.mario.emulator import import_mario_package; import_mario_package(); \
+		import shared, envs, replay, ingest, actors, learner, nes_py, zmq, cv2 \
 		$(if $(filter torch,$(subst -, ,$*)),; import torch)$(if $(filter ray,$(subst -, ,$*)),; import ray)$(if $(filter retro,$(subst -, ,$*)),; import stable_retro)" \
 		|| { echo "error: install incomplete in $(VENV)" >&2; exit 1; }
 	@touch $@

@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 import torch
 import zmq
 
+from envs.checks import check_welcome
 from shared.chunk import TransitionChunk
 from shared.config import Config
-from shared.config_checks import check_welcome
 from shared.keys import CurveClient
 from shared.protocol import (
     CREDIT,

@@ -19,9 +19,9 @@ import torch
 
 from actors.action_repeat import ActionRepeat
 from actors.stream import StreamRecorder
+from envs.factory import env_spec, episode_continues, episode_info, make_env
 from shared.chunk import TransitionChunk
 from shared.config import Config
-from shared.env_factory import env_spec, episode_continues, episode_info, make_env
 from shared.exploration import acting_epsilon
 from shared.network import build_q_network_for
 from shared.protocol import EpisodeSummary

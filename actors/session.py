@@ -29,6 +29,7 @@ import zmq
 
 from actors.client import HeadLink, HeadUnavailable, RegistrationError, Welcome, register
 from actors.collector import Collector
+from envs.factory import env_spec
 from shared.keys import CurveClient
 from shared.stop_flag import StopRequest
 from shared.weights import network_template
@@ -130,7 +131,7 @@ def _collect_registered(ctx: zmq.Context, welcome: Welcome, stop: StopRequest, c
     eps = welcome.epsilons or (welcome.epsilon,)
     log.info("registered as collector %d (slot %d, eps %.4f..%.4f over %d streams), data -> %s", welcome.collector_id,
              welcome.slot, max(eps), min(eps), len(eps), welcome.data_endpoint)
-    template = network_template(welcome.config)
+    template = network_template(env_spec(welcome.config.env), welcome.config.learner)
     link = HeadLink(ctx, welcome, template, curve, should_stop=stop.is_set)
     collector = None
     try:

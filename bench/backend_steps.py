@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from envs.factory import make_env, parse_mario_id
+from envs.mario.backend import retro_installed
 from shared.config import ConfigError, EnvConfig
-from shared.env_factory import make_env, parse_mario_id
-from shared.mario_backend import retro_installed
 
 
 def _block(envs: list, rng: np.random.Generator, steps: int) -> float:
@@ -39,7 +39,7 @@ def _block(envs: list, rng: np.random.Generator, steps: int) -> float:
 
 def swap_cost_us(env_config: EnvConfig, blocks: int, swaps: int = 2000) -> dict[str, float]:
     """Microseconds per swap of the retro core between two emulators (save one state, load the other)."""
-    from shared.mario_retro import RetroMarioEmulator
+    from envs.mario.retro import RetroMarioEmulator
 
     target, rom_mode = parse_mario_id(env_config.env_id)
     a, b = RetroMarioEmulator(target, rom_mode), RetroMarioEmulator(target, rom_mode)

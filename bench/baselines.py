@@ -3,7 +3,7 @@
 1. The emulator ceiling: raw gym-super-mario-bros env steps per second (unwrapped, frame_skip
    repeats per agent step, random actions), no learning, no transport, no stacking, one process
    per collector slot. `pipeline_sps / emulator_ceiling_sps` is the headline efficiency.
-   Two caveats the numbers showed: the project's own env (shared.env_factory) fuses the frame
+   Two caveats the numbers showed: the project's own env (envs.factory) fuses the frame
    skip and skips the package's per-frame Python work, so it can beat this "ceiling"; it is
    measured too (project_env_sps). And step cost depends on the policy (random actions die
    more often, and deaths/resets cost frames), so compare figures with the same policy.
@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 
 from bench.workers import STARTUP_TIMEOUT_S, WorkerGroup
+from envs.mario.backend import resolve_backend
+from envs.spec import EnvSpec
 from shared.config import Config, EnvConfig, LearnerConfig, ReplayConfig, is_atari, is_mario
-from shared.env_spec import EnvSpec
-from shared.mario_backend import resolve_backend
 
 # ---------------------------------------------------------------------- env helpers
 
 def mario_action_masks(action_set: str) -> list[int]:
     """NES controller bitmasks of the configured action set (what JoypadSpace would send)."""
-    from shared.mario_actions import action_buttons
+    from envs.mario.actions import action_buttons
 
     return list(action_buttons(action_set))
 
@@ -47,40 +47,40 @@ def make_raw_env(env_id: str, backend: str = "nes-py") -> Any:
     """The package env with every wrapper stripped: the fastest the emulator can be driven.
 
     Mario on env.backend=retro: the FCEUmm core driven the same way (joypad byte, one frame, the screen) with
-    none of the project's per-frame logic (shared/mario_retro.py RawRetroMario).
+    none of the project's per-frame logic (envs/mario/retro.py RawRetroMario).
 
     Non-Mario ids (the counting env in tests) go through Gymnasium's registry, unwrapped too;
     ALE ids at one emulator frame per step (their registered frameskip 4 would multiply with ours).
     """
     if is_mario(env_id) and resolve_backend(backend) == "retro":
-        from shared.env_factory import parse_mario_id
-        from shared.mario_retro import RawRetroMario
-        from shared.mario_stages import stage_env_ids
+        from envs.factory import parse_mario_id
+        from envs.mario.retro import RawRetroMario
+        from envs.mario.stages import stage_env_ids
 
         return RawRetroMario(*parse_mario_id(stage_env_ids(env_id)[0]))
     if is_mario(env_id):
         import warnings
 
-        from shared.mario_emulator import import_mario_package
+        from envs.mario.emulator import import_mario_package
 
         gym_super_mario_bros = import_mario_package()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "SuperMarioBros-1-1-v0 is out of date": v0 is the naive design's env
             return gym_super_mario_bros.make(env_id).unwrapped
     if is_atari(env_id):
-        from shared.atari_env import make_raw_ale
+        from envs.atari import make_raw_ale
 
         return make_raw_ale(env_id)
     import gymnasium
 
-    import shared.fake_env  # noqa: F401 - registers ApeXCounting-v0
+    import envs.testing  # noqa: F401 - registers ApeXCounting-v0
 
     return gymnasium.make(env_id).unwrapped
 
 
 def make_project_env(env_config: EnvConfig) -> tuple[Any, EnvSpec]:
     """(env, its EnvSpec) from the project's env factory, as collectors build it (the spec read from that env)."""
-    from shared.env_factory import env_spec, make_env
+    from envs.factory import env_spec, make_env
 
     env = make_env(env_config)
     return env, env_spec(env_config, env)
@@ -315,7 +315,7 @@ def run_naive_pipeline(
     """
     import torch
 
-    from shared.env_factory import env_spec
+    from envs.factory import env_spec
 
     torch.set_num_threads(max(1, cfg.learner.torch_threads))  # 0 (auto) is the real learner's rule: the naive one keeps 1
     c = cfg.collectors

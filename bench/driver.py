@@ -355,8 +355,8 @@ class Bench:
 
     def backend_list(self) -> list[str]:
         """The Mario backends to measure side by side: --backends, else both where stable-retro is installed."""
+        from envs.mario.backend import resolve_backend, retro_installed
         from shared.config import is_mario
-        from shared.mario_backend import resolve_backend, retro_installed
 
         if not is_mario(self.cfg.env.env_id):
             return []
@@ -369,7 +369,7 @@ class Bench:
         the config's: report["backends"] holds every backend's figures side by side (the config's from above)."""
         from dataclasses import replace
 
-        from shared.mario_backend import resolve_backend
+        from envs.mario.backend import resolve_backend
 
         backends = self.backend_list()
         if not backends:

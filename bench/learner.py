@@ -35,11 +35,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.report import print_json  # noqa: E402
+from envs.spec import EnvSpec  # noqa: E402
 from learner.precision import cpu_has_native_bf16, resolve_precision  # noqa: E402
 from learner.trainer import Learner  # noqa: E402
 from shared.batch import SampleBatch  # noqa: E402
 from shared.config import Config, LearnerConfig  # noqa: E402
-from shared.env_spec import EnvSpec  # noqa: E402
 from shared.network import QNetwork  # noqa: E402
 
 THREAD_COUNTS = (1, 2, 4, 8)  # the by-threads table: beyond 8 threads a batch of 32 has little left to split

@@ -103,9 +103,9 @@ def learner_config(mode: str, batch: int, precision: str, device: torch.device, 
 def measure(mode: str, batch: int, precision: str, device: torch.device, replay: Any, budget_s: float,
             block_s: float = 0.5, space_to_depth: str = "auto") -> dict[str, Any]:
     """One mode at one batch size and precision on `replay`: see the module docstring."""
+    from envs.spec import EnvSpec
     from learner.trainer import Learner
     from shared.config import Config
-    from shared.env_spec import EnvSpec
 
     cfg = Config(learner=learner_config(mode, batch, precision, device, space_to_depth))
     cfg = replace(cfg, replay=replace(cfg.replay, storage_device="auto"))

@@ -70,12 +70,12 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         import zmq
 
         from bench.recorded import load_chunks
+        from envs.factory import env_spec
         from ingest.consolidation import ConsolidationThread
         from ingest.registration import MAX_SOCKETS, Registrar
         from learner.broadcast import WeightPublisher
         from replay.buffer import ReplayBuffer
         from shared.config import Config
-        from shared.env_factory import env_spec
         from shared.protocol import ObsSpec
         from shared.tempdirs import owned_tempdir
 
@@ -156,8 +156,8 @@ def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any,
 
         from actors.client import HeadLink, register
         from bench.recorded import load_chunks
+        from envs.factory import env_spec
         from shared.config import Config
-        from shared.env_factory import env_spec
         from shared.network import build_q_network
         from shared.protocol import BYE, encode_simple, send_parts
 

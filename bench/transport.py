@@ -178,6 +178,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
 
     from actors.client import HeadLink, Welcome
     from actors.collector import Collector
+    from envs.factory import env_spec
     from shared.config import Config, EnvConfig
     from shared.weights import network_template
 
@@ -202,7 +203,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()
     welcome = Welcome(1, f"ipc://{tmp}/data.ipc", f"ipc://{tmp}/weights.ipc", 0.1, 1, 0, cfg)
-    link = HeadLink(ctx, welcome, network_template(welcome.config))
+    link = HeadLink(ctx, welcome, network_template(env_spec(welcome.config.env), welcome.config.learner))
     collector = Collector(cfg, welcome.collector_id, welcome.epsilons or welcome.epsilon, link)
     try:
         collector.run(max_steps=warmup)
@@ -227,7 +228,7 @@ def collector_overhead(env_id: str | None = None, k: int = 8, steps: int = 100, 
 
 def _mario_available() -> bool:
     try:
-        from shared.mario_emulator import import_mario_package
+        from envs.mario.emulator import import_mario_package
 
         import_mario_package()  # without old gym's import banner
     except Exception:  # noqa: BLE001 - any import failure means: bench on the counting env

@@ -75,7 +75,7 @@ def play_episode(env: Any, policy: Policy, stack: int, episode: int, *, seed: in
                  max_steps: int | None = None, frames: FrameRecorder | None = None,
                  source: FrameSource | None = None) -> EpisodeResult:
     """One episode with a rolling stack of the last `stack` observations (padded with the first)."""
-    from shared.env_factory import episode_continues, episode_info
+    from envs.factory import episode_continues, episode_info
 
     obs, info = env.reset(seed=seed)
     first = np.asarray(obs)
@@ -226,8 +226,8 @@ def build_policy(data: Any, env: Any, epsilon: float, rng: np.random.Generator) 
 
 def make_eval_env(env_cfg: Any) -> Any:
     """The run's env, with RGB rendering when the env offers it (Mario does; asking others warns)."""
+    from envs.factory import make_env
     from shared.config import is_mario
-    from shared.env_factory import make_env
 
     if is_mario(str(env_cfg.env_id)):
         return make_env(env_cfg, render_mode="rgb_array")

@@ -1,7 +1,7 @@
 """Levels to evaluate on, by name, and the env each one is from a checkpoint's env config.
 
 A level is named `1-2` (shorthand for SuperMarioBros-1-2-v0), by a stage id `SuperMarioBros-W-S-vN`,
-or `SuperMarioBrosRandomStages-vN`: World 1's four stages, one drawn per episode (shared/mario_stages.py,
+or `SuperMarioBrosRandomStages-vN`: World 1's four stages, one drawn per episode (envs/mario/stages.py,
 which training uses too). Only the env id changes; the action set, frame skip, frame size, reward
 rules and time limit stay the checkpoint's.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from envs.mario.stages import RANDOM_STAGES, RANDOM_STAGES_ID, RANDOM_STAGES_WORLD
 from shared.config import Config, EnvConfig
-from shared.mario_stages import RANDOM_STAGES, RANDOM_STAGES_ID, RANDOM_STAGES_WORLD
 
 _SHORT = re.compile(r"^(?P<world>[1-8])-(?P<stage>[1-4])$")
 _STAGE_ID = re.compile(r"^SuperMarioBros-(?P<world>[1-8])-(?P<stage>[1-4])-v(?P<version>[0-3])$")

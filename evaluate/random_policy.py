@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.factory import make_env
 from evaluate.evaluate import play_episode, summarize
 from evaluate.levels import Level, LevelError, check_env_config, level_env_config, parse_levels
 from shared.config import MARIO_DEFAULT_ENV, Config, ConfigError, EnvConfig
-from shared.env_factory import make_env
 
 
 def run_baseline(env_cfg: EnvConfig, episodes: int, seed: int = 0, max_steps: int | None = None,

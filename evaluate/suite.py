@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from envs.factory import make_env
+from envs.mario.backend import backend_label, check_backend
 from evaluate.evaluate import EvalError, Policy, epsilon_greedy, find_baseline, load_greedy, load_run, play_episode
 from evaluate.levels import Level, LevelError, check_env_config, level_env_config, parse_levels
 from evaluate.suite_report import Played, SuiteSettings, build_report, display_path
 from shared.config import ConfigError, is_mario
-from shared.env_factory import make_env
-from shared.mario_backend import backend_label, check_backend
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from config_optimized import PROFILES, cpu_auto_split, load_config
+from envs.spec import EnvSpec
 from shared.config import Config, ConfigError, TransportConfig
 from shared.config_checks import check_augment, check_memory
-from shared.env_spec import EnvSpec
 
 # Exit statuses of `python -m launcher` (the --help epilog lists them for a supervisor).
 EXIT_OK = 0
@@ -221,7 +221,7 @@ def check_runtime(cfg: Config, resume: Path | None = None) -> EnvSpec:
     """The checks that need more than the config: env id and spaces, memory with the real EnvSpec,
     CURVE keys, CUDA, a checkpoint to resume or start from and free TCP ports. ConfigError (one line) for each.
     Returns the EnvSpec it read (the head takes it rather than building the env again)."""
-    from shared.env_factory import env_spec  # gymnasium: imported only once the config itself is valid
+    from envs.factory import env_spec  # gymnasium: imported only once the config itself is valid
 
     spec = env_spec(cfg.env)
     check_memory(cfg, spec=spec)

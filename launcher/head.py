@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import zmq
 
+from envs.factory import env_spec
+from envs.spec import EnvSpec
 from ingest.consolidation import ConsolidationThread
 from ingest.registration import MAX_SOCKETS, Registrar
 from launcher.evaluator import PeriodicEvaluator
@@ -41,8 +43,6 @@ from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from replay.rate_limiter import RateLimiter
 from shared.config import Config
-from shared.env_factory import env_spec
-from shared.env_spec import EnvSpec
 from shared.keys import load_server
 from shared.protocol import ObsSpec
 from shared.stop_flag import StopRequest

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
 from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers catch ckpt.CheckpointError)
     CheckpointError,
     check_geometry,
@@ -58,7 +59,6 @@ from learner.checkpoint_checks import (  # noqa: F401  (re-exported: callers cat
     check_torch_rng,
     nonfinite_report,
 )
-from shared.env_spec import EnvSpec
 from shared.tempdirs import start_ticks
 
 FORMAT_VERSION = 1

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
 from learner import checkpoint as ckpt
 from learner.checkpoint_checks import check_learner_state, check_state_dict
 from learner.device_runner import CaptureGuard
@@ -54,7 +55,6 @@ from replay.rate_limiter import RateLimiter
 from shared.batch import SampleBatch
 from shared.config import LearnerConfig, ReplayConfig
 from shared.config_checks import check_augment
-from shared.env_spec import EnvSpec
 from shared.network import build_q_network_for, use_space_to_depth
 
 WeightsCallback = Callable[[int, Mapping[str, torch.Tensor]], None]

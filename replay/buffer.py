@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
 from replay.chunk_plan import max_chunk_frames
 from replay.sampler import SegmentReader, generator_from_state
 from replay.storage import FrameStorage, resolve_storage_device
@@ -39,7 +40,6 @@ from replay.writer import SegmentWriter
 from shared.batch import SampleBatch
 from shared.chunk import NO_ACTION, TransitionChunk
 from shared.config import ReplayConfig
-from shared.env_spec import EnvSpec
 from shared.values import is_int
 
 __all__ = ["ReplayBuffer", "ReplayInvariantError"]

@@ -38,7 +38,7 @@ class ValueBounds:
     @classmethod
     def of_head(cls, max_abs_obs: float, max_abs_reward: float, num_actions: int | None = None) -> ValueBounds:
         """The head's bounds: the wire's obs_out_of_range / reward_out_of_range / action_range limits (the
-        run's EnvSpec, shared/env_bounds.py) and the learner's |TD| cap (ingest clips collectors'
+        run's EnvSpec, envs/bounds.py) and the learner's |TD| cap (ingest clips collectors'
         priorities below it)."""
         return cls(max_abs_obs=float(max_abs_obs), max_abs_reward=float(max_abs_reward),
                    max_priority_td=MAX_PRIORITY_TD, num_actions=None if num_actions is None else int(num_actions))

@@ -5,7 +5,8 @@ and sends the relevant sections to collectors as JSON when they register (never 
 Hardware profiles that fill these dataclasses live in the top-level `config_optimized.py`.
 
 Every field carries a one-line comment saying what it trades. `Config.check_valid()` raises
-`ConfigError` naming the field, the value and what is allowed (the rules: shared/config_checks.py).
+`ConfigError` naming the field, the value and what is allowed (the rules: shared/config_checks.py,
+and those that need to know the envs: envs/checks.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, get_type_hints
 
-from shared.mario_actions import ACTION_LISTS  # a plain table: no emulator, no torch
-
 MARIO_DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 MARIO_PREFIX = "SuperMarioBros"
 ATARI_PREFIX = "ALE/"  # ale-py's Gymnasium namespace: ALE/Pong-v5, ALE/Breakout-v5, ...
-ACTION_SETS = tuple(ACTION_LISTS)  # right_only, simple, complex (shared/mario_actions.py)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 STEP_MODES = ("eager", "device", "captured")
@@ -36,7 +34,7 @@ def is_mario(env_id: str) -> bool:
 
 
 def is_atari(env_id: str) -> bool:
-    """ALE ids get the Atari preprocessing (shared/atari_env.py) and the Atari preset."""
+    """ALE ids get the Atari preprocessing (envs/atari.py) and the Atari preset."""
     return isinstance(env_id, str) and env_id.startswith(ATARI_PREFIX)
 
 
@@ -59,7 +57,7 @@ class EnvConfig:
     # +1 per step at gamma 0.99) take far longer to reach than ~1: scale them down for such envs.
     reward_scale: float = 1.0
     # Largest |reward| (after reward_scale) the head accepts; a chunk with a bigger one is rejected
-    # (reward_out_of_range). 0: the env's own bound (shared/env_bounds.py: Mario's reward terms, 1 for
+    # (reward_out_of_range). 0: the env's own bound (envs/bounds.py: Mario's reward terms, 1 for
     # CartPole or clipped rewards, 1e6 for an env nothing is known of); a positive value replaces it.
     max_abs_reward: float = 0.0
     # Largest |value| of a float observation the head accepts (integer frames unchecked). 0: the env's own
@@ -72,7 +70,7 @@ class EnvConfig:
     # emulator (less memorizing of one trajectory) for at most noop_max wasted frames per game
     noop_max: int = 30
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
-    # Mario's NES emulator (shared/mario_backend.py): "nes-py" (the package's), "retro" (stable-retro's FCEUmm
+    # Mario's NES emulator (envs/mario/backend.py): "nes-py" (the package's), "retro" (stable-retro's FCEUmm
     # core, ~5x cheaper per frame, the optional install), "auto" (retro where installed, else nes-py). Not the
     # default yet: learning on retro is not yet compared with nes-py's runs
     backend: str = "nes-py"
@@ -255,9 +253,9 @@ class Config:
     # ------------------------------------------------------------------ validation
     def check_valid(self, available_bytes: int | None = None) -> Config:
         """Raise ConfigError for the first bad field; return self so calls chain."""
-        from shared.config_checks import check_all  # the rules live beside their helpers (no cycle at import)
+        from envs.checks import check_config  # the env-aware entry to shared/config_checks.py (no cycle at import)
 
-        check_all(self, available_bytes)
+        check_config(self, available_bytes)
         return self
 
     # ------------------------------------------------------------------ overrides

@@ -1,19 +1,24 @@
 """The rules a `Config` must satisfy, and the memory estimates behind the capacity checks.
 
-`Config.check_valid()` calls `check_all`; a collector calls `check_welcome` on the part of a config
-a head's WELCOME carries. Every failure is a `ConfigError` naming the field, the value and what is
-allowed. `check_memory` is called again by the CLI with the env's EnvSpec (shared/env_spec.py) once
-the env has been inspected.
+`Config.check_valid()` calls `check_all` (through envs/checks.py `check_config`); a collector calls
+`check_welcome` (through envs/checks.py's) on the part of a config a head's WELCOME carries. Every failure
+is a `ConfigError` naming the field, the value and what is allowed. `check_memory` is called again by the
+CLI with the env's EnvSpec (envs/spec.py) once the env has been inspected.
+
+This module imports no env module: the rules that need to know the envs (the env section with its action
+sets and backends, the spec a config alone implies) live beside EnvSpec in envs/checks.py, which hands
+them in as `EnvRules`. A spec here is anything with EnvSpec's fields (`EnvShape`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import math
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from shared.config import (
-    ACTION_SETS,
     COMPILE_MODES,
     DEVICES,
     ENCODERS,
@@ -29,25 +34,46 @@ from shared.config import (
     TransportConfig,
     is_mario,
 )
-from shared.env_spec import EnvSpec
-from shared.mario_backend import check_backend
 from shared.sizes import available_memory_bytes, next_pow2
 from shared.values import is_finite_number, is_int
 
 
-def _fail(name: str, value: Any, allowed: str) -> None:
+class EnvShape(Protocol):
+    """What the rules read of an env's spec (envs/spec.py EnvSpec)."""
+
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    stack: int
+
+    @property
+    def image(self) -> bool: ...
+
+    @property
+    def frame_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class EnvRules:
+    """What the rules need to know of the envs, handed in by envs/checks.py (`ENV_RULES`, its one instance)."""
+
+    check_env: Callable[[EnvConfig], None]  # the env section's rules (its action sets and backends are the envs')
+    # the env's spec as far as the config alone tells it (Mario's needs no emulator), None where the env must be built
+    spec_from_config: Callable[[Config], EnvShape | None]
+
+
+def fail(name: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{name}={value!r} is invalid: allowed {allowed}")
 
 
-def _int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
+def int_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
     if not is_int(value) or value < lo or (hi is not None and value > hi):
-        _fail(name, value, f"an integer in [{lo}, {hi if hi is not None else 'inf'}]")
+        fail(name, value, f"an integer in [{lo}, {hi if hi is not None else 'inf'}]")
 
 
-def _float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
+def float_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
     ok = is_finite_number(value) and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
-        _fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
+        fail(name, value, f"a number in {'(' if lo_open else '['}{lo}, {hi}]")
 
 
 def _is_ipv4(text: str) -> bool:
@@ -58,12 +84,12 @@ def _is_ipv4(text: str) -> bool:
     return True
 
 
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        _fail(name, value, "one of " + ", ".join(choices))
+        fail(name, value, "one of " + ", ".join(choices))
 
 
-def estimate_replay_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
+def estimate_replay_bytes(cfg: Config, spec: EnvShape | None = None) -> int:
     """Bytes the replay buffer will allocate: one observation per slot plus per-slot metadata.
 
     Without the env's spec (known once the env is inspected) a slot holds one frame_size^2 uint8 frame."""
@@ -114,29 +140,20 @@ def _nature_cnn_side(side: int) -> int:
     return side - 2
 
 
-def _spec_from_config(cfg: Config) -> EnvSpec | None:
-    """Mario's spec needs only the config (EnvSpec.of_mario); other envs' needs the env itself: None."""
-    e = cfg.env
-    if isinstance(e.env_id, str) and is_mario(e.env_id) and e.action_set in ACTION_SETS:
-        return EnvSpec.of_mario(e)
-    return None
-
-
-def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
+def estimate_network_params(cfg: Config, spec: EnvShape | None = None, *, from_config: bool = False) -> int:
     """Parameter count of shared/network.py `build_q_network` for this config and env, without torch.
 
     The layer sizes of the network `build_q_network(spec.obs_shape, spec.stack, spec.num_actions,
     learner.hidden, learner.dueling, learner.encoder, learner.encoder_width, learner.quantiles,
     learner.noisy_sigma)` builds
     (tests/test_cli_errors.py counts the built one against it); torch-free because `Config.check_valid`
-    runs where torch is not installed. `spec` None:
-    Mario ids use the spec their config implies, other envs an unknown vector whose input layer
-    and action count are not counted (a lower bound: the hidden x hidden layers dominate wide networks).
+    runs where torch is not installed (tests/test_config.py runs it under Python 3.13, which gets no torch:
+    building the network on the meta device would need it). `spec` None: an env not inspected yet whose config
+    does not tell its spec, an unknown vector whose input layer and action count are not counted (a lower bound:
+    the hidden x hidden layers dominate wide networks). `from_config`: `spec` is the one the config alone implies
+    (envs/checks.py `spec_from_config`), so a frame too small is named as env.frame_size's fault.
     """
     e, hidden = cfg.env, cfg.learner.hidden
-    from_config = spec is None
-    if spec is None:
-        spec = _spec_from_config(cfg)
     if spec is None:
         torso, features, num_actions = hidden, hidden, 1  # bias only: the input width is unknown here
     elif not spec.image and cfg.learner.encoder != "nature":
@@ -151,7 +168,7 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
         side_h, side_w = _nature_cnn_side(spec.obs_shape[0]), _nature_cnn_side(spec.obs_shape[1])
         if side_h < 1 or side_w < 1:
             if from_config:
-                _fail("env.frame_size", e.frame_size, f"an integer in [{NATURE_CNN_MIN_SIDE}, 256] "
+                fail("env.frame_size", e.frame_size, f"an integer in [{NATURE_CNN_MIN_SIDE}, 256] "
                       "(smaller frames leave the Nature CNN no features)")
             raise ConfigError(f"env {e.env_id!r}: {spec.obs_shape[0]}x{spec.obs_shape[1]} observations are too small "
                               f"for the Nature CNN (needs at least {NATURE_CNN_MIN_SIDE}x{NATURE_CNN_MIN_SIDE})")
@@ -167,117 +184,118 @@ def estimate_network_params(cfg: Config, spec: EnvSpec | None = None) -> int:
     return torso + noisy * (advantage + value)
 
 
-def estimate_network_bytes(cfg: Config, spec: EnvSpec | None = None) -> int:
+def estimate_network_bytes(cfg: Config, spec: EnvShape | None = None, *, from_config: bool = False) -> int:
     """Bytes of all parameter-sized buffers: LEARNER_NETWORK_COPIES plus COLLECTOR_NETWORK_COPIES per local collector."""
-    return 4 * estimate_network_params(cfg, spec) * _network_copies(cfg)
+    return 4 * estimate_network_params(cfg, spec, from_config=from_config) * _network_copies(cfg)
 
 
 def _network_copies(cfg: Config) -> int:
     return LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
 
 
-def check_all(cfg: Config, available_bytes: int | None) -> None:
+def check_all(cfg: Config, available_bytes: int | None, env: EnvRules) -> None:
+    """Every rule, in order; `env`: the envs' part (envs/checks.py `check_config` passes ENV_RULES)."""
     e, c, r, lrn, t, lg = cfg.env, cfg.collectors, cfg.replay, cfg.learner, cfg.transport, cfg.logging
-    _check_env(e)
+    env.check_env(e)
     _check_collectors(c)
     _check_replay_shape(cfg)
-    _float_range("replay.alpha", r.alpha, 0.0, 1.0)
-    _float_range("replay.beta_start", r.beta_start, 0.0, 1.0)
-    _int_range("replay.beta_steps", r.beta_steps, 1)
-    _float_range("replay.priority_eps", r.priority_eps, 0.0, 1.0, lo_open=True)
-    _choice("replay.storage_device", r.storage_device, STORAGE_DEVICES)
-    _float_range("replay.gpu_memory_fraction", r.gpu_memory_fraction, 0.0, 0.95, lo_open=True)
+    float_range("replay.alpha", r.alpha, 0.0, 1.0)
+    float_range("replay.beta_start", r.beta_start, 0.0, 1.0)
+    int_range("replay.beta_steps", r.beta_steps, 1)
+    float_range("replay.priority_eps", r.priority_eps, 0.0, 1.0, lo_open=True)
+    choice("replay.storage_device", r.storage_device, STORAGE_DEVICES)
+    float_range("replay.gpu_memory_fraction", r.gpu_memory_fraction, 0.0, 0.95, lo_open=True)
 
-    _choice("learner.device", lrn.device, DEVICES)
-    _int_range("learner.batch_size", lrn.batch_size, 1, 65536)
-    _int_range("learner.grad_accum_steps", lrn.grad_accum_steps, 1, 1024)
-    _float_range("learner.lr", lrn.lr, 0.0, 1.0, lo_open=True)
-    _float_range("learner.adam_eps", lrn.adam_eps, 0.0, 1.0, lo_open=True)
-    _float_range("learner.weight_decay", lrn.weight_decay, 0.0, 1.0)
-    _float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
-    _int_range("learner.target_update_every", lrn.target_update_every, 1)
-    _float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
+    choice("learner.device", lrn.device, DEVICES)
+    int_range("learner.batch_size", lrn.batch_size, 1, 65536)
+    int_range("learner.grad_accum_steps", lrn.grad_accum_steps, 1, 1024)
+    float_range("learner.lr", lrn.lr, 0.0, 1.0, lo_open=True)
+    float_range("learner.adam_eps", lrn.adam_eps, 0.0, 1.0, lo_open=True)
+    float_range("learner.weight_decay", lrn.weight_decay, 0.0, 1.0)
+    float_range("learner.max_grad_norm", lrn.max_grad_norm, 0.0, 1e6, lo_open=True)
+    int_range("learner.target_update_every", lrn.target_update_every, 1)
+    float_range("learner.polyak_tau", lrn.polyak_tau, 0.0, 1.0)
     _check_network(lrn)
-    _choice("learner.precision", lrn.precision, PRECISIONS)
-    _choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
-    _choice("learner.step_mode", lrn.step_mode, STEP_MODES)
-    _choice("learner.space_to_depth", lrn.space_to_depth, SPACE_TO_DEPTH)
+    choice("learner.precision", lrn.precision, PRECISIONS)
+    choice("learner.compile_mode", lrn.compile_mode, COMPILE_MODES)
+    choice("learner.step_mode", lrn.step_mode, STEP_MODES)
+    choice("learner.space_to_depth", lrn.space_to_depth, SPACE_TO_DEPTH)
     if lrn.step_mode != "eager" and lrn.compile_mode != "off":
-        _fail("learner.step_mode", lrn.step_mode, f"eager with learner.compile_mode={lrn.compile_mode!r} (device and "
+        fail("learner.step_mode", lrn.step_mode, f"eager with learner.compile_mode={lrn.compile_mode!r} (device and "
               "captured compile the whole update themselves: set learner.compile_mode=off)")
     if not isinstance(lrn.step_autotune, bool):
-        _fail("learner.step_autotune", lrn.step_autotune, "true or false")
+        fail("learner.step_autotune", lrn.step_autotune, "true or false")
     if lrn.step_autotune and lrn.step_mode != "captured":
-        _fail("learner.step_autotune", lrn.step_autotune, f"false with learner.step_mode={lrn.step_mode!r} (only "
+        fail("learner.step_autotune", lrn.step_autotune, f"false with learner.step_mode={lrn.step_mode!r} (only "
               "the captured step is compiled: set learner.step_mode=captured or learner.step_autotune=false)")
     if lrn.step_mode != "eager" and lrn.device == "cuda" and r.storage_device == "cpu":
-        _fail("learner.step_mode", lrn.step_mode, "eager with replay.storage_device='cpu' on a cuda learner (the "
+        fail("learner.step_mode", lrn.step_mode, "eager with replay.storage_device='cpu' on a cuda learner (the "
               "device step samples frames on the learner's GPU: storage_device auto or learner)")
-    check_levers(cfg)
-    _int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
+    check_levers(cfg, env)
+    int_range("learner.warmup_transitions", lrn.warmup_transitions, 0)
     if lrn.warmup_transitions > r.capacity:
-        _fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
-    _float_range("learner.samples_per_insert", lrn.samples_per_insert, 0.0, 1e6)
-    _int_range("learner.max_insert_lead", lrn.max_insert_lead, 0)
-    _int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
-    _float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
-    _int_range("learner.torch_threads", lrn.torch_threads, 0, 256)
+        fail("learner.warmup_transitions", lrn.warmup_transitions, f"at most replay.capacity ({r.capacity})")
+    float_range("learner.samples_per_insert", lrn.samples_per_insert, 0.0, 1e6)
+    int_range("learner.max_insert_lead", lrn.max_insert_lead, 0)
+    int_range("learner.weight_broadcast_every", lrn.weight_broadcast_every, 1)
+    float_range("learner.checkpoint_every_s", lrn.checkpoint_every_s, 0.0, 1e9, lo_open=True)
+    int_range("learner.torch_threads", lrn.torch_threads, 0, 256)
 
     if not isinstance(t.bind, str) or not t.bind:
-        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+        fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0")
     if ":" in t.bind:  # the head's sockets do not set zmq.IPV6, so an IPv6 bind fails with "No such device"
-        _fail("transport.bind", t.bind, "an IPv4 address or localhost (IPv6 is not enabled on the head's "
+        fail("transport.bind", t.bind, "an IPv4 address or localhost (IPv6 is not enabled on the head's "
               "ZeroMQ sockets; for loopback use 127.0.0.1)")
     if t.bind != "localhost" and not _is_ipv4(t.bind):  # names make zmq resolve them: it can hang for minutes
-        _fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0, or localhost "
+        fail("transport.bind", t.bind, "an IPv4 address such as 127.0.0.1 or 0.0.0.0, or localhost "
               "(not a host or interface name)")
     if t.bind not in ("127.0.0.1", "localhost") and not t.curve_keys_dir:
-        _fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
+        fail("transport.bind", t.bind, "127.0.0.1 unless transport.curve_keys_dir names CURVE keys (make keys)")
     if t.port != 0:  # 0 = pick free ports (tests, benchmarks, several heads on one machine)
-        _int_range("transport.port", t.port, 1024, 65000)
-    _choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
-    _int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
+        int_range("transport.port", t.port, 1024, 65000)
+    choice("transport.local_transport", t.local_transport, ("ipc", "tcp"))
+    int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
     _check_link(c, t)
-    _float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
+    float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
 
-    _float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
-    _int_range("logging.episode_window", lg.episode_window, 1, 100_000)
-    _float_range("logging.eval_every_s", lg.eval_every_s, 0.0, 1e9)
-    _int_range("logging.eval_episodes", lg.eval_episodes, 1, 10_000)
-    _float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
-    _int_range("logging.eval_keep", lg.eval_keep, 1, 1_000)
+    float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
+    int_range("logging.episode_window", lg.episode_window, 1, 100_000)
+    float_range("logging.eval_every_s", lg.eval_every_s, 0.0, 1e9)
+    int_range("logging.eval_episodes", lg.eval_episodes, 1, 10_000)
+    float_range("logging.eval_epsilon", lg.eval_epsilon, 0.0, 1.0)
+    int_range("logging.eval_keep", lg.eval_keep, 1, 1_000)
     _check_stop_rule(cfg)
 
-    check_memory(cfg, available_bytes)
+    check_memory(cfg, available_bytes, env.spec_from_config(cfg), from_config=True)
 
 
 def _check_stop_rule(cfg: Config) -> None:
     """The train-until-cleared rule needs evaluations that count flags: a rate in [0, 1], at least one evaluation."""
     lg = cfg.logging
-    _float_range("logging.stop_flag_rate", lg.stop_flag_rate, 0.0, 1.0)
-    _int_range("logging.stop_flag_evals", lg.stop_flag_evals, 1, 1_000)
+    float_range("logging.stop_flag_rate", lg.stop_flag_rate, 0.0, 1.0)
+    int_range("logging.stop_flag_evals", lg.stop_flag_evals, 1, 1_000)
     if lg.stop_flag_rate <= 0:
         return
     if not is_mario(cfg.env.env_id):
-        _fail("logging.stop_flag_rate", lg.stop_flag_rate, f"0 (off) for {cfg.env.env_id}: only Mario evaluations "
+        fail("logging.stop_flag_rate", lg.stop_flag_rate, f"0 (off) for {cfg.env.env_id}: only Mario evaluations "
               "count flags")
     if lg.eval_every_s <= 0:
-        _fail("logging.stop_flag_rate", lg.stop_flag_rate, "0 (off) with logging.eval_every_s=0: the rule reads the "
+        fail("logging.stop_flag_rate", lg.stop_flag_rate, "0 (off) with logging.eval_every_s=0: the rule reads the "
               "periodic evaluations (set logging.eval_every_s > 0)")
 
 
-def check_welcome(cfg: Config, available_bytes: int | None = None) -> None:
+def check_welcome(cfg: Config, available_bytes: int | None, env: EnvRules) -> None:
     """The rules of the fields a collector reads, for a collector to run on the config a head's WELCOME carries (a
     head is a peer too): the env section, the collectors section, the replay's n-step shape, the network's shape and
     the link's limits (ingest/registration.py WELCOME_CONFIG lists them). Fields a WELCOME leaves out keep their
     defaults, so the rules that tie them to carried ones stay with the head's `check_all`. Also refuses a network
-    whose collector copies would not fit in 80% of this machine's available memory."""
-    _check_env(cfg.env)
+    whose collector copies would not fit in 80% of this machine's available memory. `env`: as for `check_all`."""
+    env.check_env(cfg.env)
     _check_collectors(cfg.collectors)
     _check_replay_shape(cfg)
     _check_network(cfg.learner)
     _check_link(cfg.collectors, cfg.transport)
-    params = estimate_network_params(cfg)
+    params = estimate_network_params(cfg, env.spec_from_config(cfg), from_config=True)
     net = 4 * params * COLLECTOR_NETWORK_COPIES
     available, room = _memory_room(available_bytes)
     if net > room:
@@ -288,121 +306,106 @@ def check_welcome(cfg: Config, available_bytes: int | None = None) -> None:
             f"under {MEMORY_SHARE:.0%} of available memory")
 
 
-def _check_env(e: EnvConfig) -> None:
-    if not isinstance(e.env_id, str) or not e.env_id.strip():
-        _fail("env.env_id", e.env_id, "a registered Gymnasium id such as SuperMarioBros-1-1-v0 or CartPole-v1")
-    _choice("env.action_set", e.action_set, ACTION_SETS)
-    _int_range("env.frame_skip", e.frame_skip, 1, 16)
-    _float_range("env.reward_scale", e.reward_scale, 0.0, 1e6, lo_open=True)
-    _float_range("env.max_abs_reward", e.max_abs_reward, 0.0, 1e30)  # 0: the env's own; 64 x 1e30 << float32 max
-    _float_range("env.max_abs_obs", e.max_abs_obs, 0.0, 1e30)
-    _int_range("env.frame_size", e.frame_size, 16, 256)
-    _int_range("env.frame_stack", e.frame_stack, 1, 16)
-    _int_range("env.max_episode_steps", e.max_episode_steps, 1)
-    _int_range("env.noop_max", e.noop_max, 0, 1000)
-    _int_range("env.seed", e.seed, 0, 2**31 - 1)
-    check_backend(e.backend)
-
-
 def _check_collectors(c: CollectorConfig) -> None:
-    _int_range("collectors.count", c.count, 0, 1024)
-    _int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
-    _int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
-    _float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
-    _float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
-    _choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
-    _int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
-    _int_range("collectors.eps_stage_from", c.eps_stage_from, 0)
-    _float_range("collectors.eps_stage", c.eps_stage, 0.0, 1.0)
+    int_range("collectors.count", c.count, 0, 1024)
+    int_range("collectors.envs_per_collector", c.envs_per_collector, 1, 1024)
+    int_range("collectors.chunk_steps", c.chunk_steps, 1, 4096)
+    float_range("collectors.eps_base", c.eps_base, 0.0, 1.0)
+    float_range("collectors.eps_alpha", c.eps_alpha, 0.0, 100.0)
+    choice("collectors.eps_per", c.eps_per, ("stream", "collector"))
+    int_range("collectors.eps_decay_updates", c.eps_decay_updates, 0)
+    int_range("collectors.eps_stage_from", c.eps_stage_from, 0)
+    float_range("collectors.eps_stage", c.eps_stage, 0.0, 1.0)
     if c.explore_repeat_mu != 0:  # 0 = off; on, the zeta distribution needs mu > 1
-        _float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
-    _int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
-    _float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
-    _int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
-    _int_range("collectors.torch_threads", c.torch_threads, 1, 256)
+        float_range("collectors.explore_repeat_mu", c.explore_repeat_mu, 1.0, 100.0, lo_open=True)
+    int_range("collectors.explore_repeat_max", c.explore_repeat_max, 1, 100_000)
+    float_range("collectors.heartbeat_s", c.heartbeat_s, 0.0, 60.0, lo_open=True)
+    int_range("collectors.send_hwm", c.send_hwm, 1, 100_000)
+    int_range("collectors.torch_threads", c.torch_threads, 1, 256)
 
 
 def _check_replay_shape(cfg: Config) -> None:
     """What a collector's n-step chunks depend on; capacity must hold a few chunks with their stacks and tails."""
     e, c, r = cfg.env, cfg.collectors, cfg.replay
-    _int_range("replay.n_step", r.n_step, 1, 64)
+    int_range("replay.n_step", r.n_step, 1, 64)
     min_capacity = 4 * (c.chunk_steps + e.frame_stack + r.n_step + 8)
-    _int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
-    _float_range("replay.gamma", r.gamma, 0.0, 1.0)
+    int_range("replay.capacity", r.capacity, min_capacity, 2**31 - 1)
+    float_range("replay.gamma", r.gamma, 0.0, 1.0)
 
 
 def _check_network(lrn: LearnerConfig) -> None:
     """The Q-network's shape, which the learner and every collector build alike."""
-    _int_range("learner.hidden", lrn.hidden, 1, 65536)
-    _choice("learner.encoder", lrn.encoder, ENCODERS)
-    _int_range("learner.encoder_width", lrn.encoder_width, 1, 64)
+    int_range("learner.hidden", lrn.hidden, 1, 65536)
+    choice("learner.encoder", lrn.encoder, ENCODERS)
+    int_range("learner.encoder_width", lrn.encoder_width, 1, 64)
     if lrn.encoder != "impala" and lrn.encoder_width != 1:
-        _fail("learner.encoder_width", lrn.encoder_width, f"1 with learner.encoder={lrn.encoder!r} (the width "
+        fail("learner.encoder_width", lrn.encoder_width, f"1 with learner.encoder={lrn.encoder!r} (the width "
               "multiplies the impala encoder's channels)")
-    _int_range("learner.quantiles", lrn.quantiles, 0, 1024)
-    _float_range("learner.noisy_sigma", lrn.noisy_sigma, 0.0, 10.0)
+    int_range("learner.quantiles", lrn.quantiles, 0, 1024)
+    float_range("learner.noisy_sigma", lrn.noisy_sigma, 0.0, 10.0)
 
 
 def _check_link(c: CollectorConfig, t: TransportConfig) -> None:
     """The limits both ends of a collector's link use."""
-    _int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
-    _int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
-    _float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
+    int_range("transport.socket_buffer_bytes", t.socket_buffer_bytes, 0, 1 << 30)
+    int_range("transport.max_chunks_in_flight", t.max_chunks_in_flight, 0, 100_000)
+    float_range("transport.head_timeout_s", t.head_timeout_s, 0.0, 3600.0, lo_open=True)
     if c.heartbeat_s > t.head_timeout_s / 2:  # both sides take a silence of head_timeout_s for death
-        _fail("collectors.heartbeat_s", c.heartbeat_s,
+        fail("collectors.heartbeat_s", c.heartbeat_s,
               f"at most half of transport.head_timeout_s ({t.head_timeout_s}): heartbeats say a peer is alive")
 
 
-def check_levers(cfg: Config) -> None:
+def check_levers(cfg: Config, env: EnvRules) -> None:
     """The optional learning levers (learner/dqn.py: Munchausen and quantile targets; learner/resets.py; learner/
     augment.py): ranges, Munchausen or quantiles but not both, a reset that changes something, random shifts of frames
     only (where the config alone tells the env's spec: Mario)."""
     lrn = cfg.learner
-    _float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
-    _float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
-    _float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
-    _float_range("learner.target_epsilon", lrn.target_epsilon, 0.0, 1.0)
-    _int_range("learner.target_epsilon_from", lrn.target_epsilon_from, 0)
+    float_range("learner.munchausen_alpha", lrn.munchausen_alpha, 0.0, 1.0)
+    float_range("learner.munchausen_tau", lrn.munchausen_tau, 0.0, 100.0, lo_open=True)
+    float_range("learner.munchausen_clip", lrn.munchausen_clip, -1e3, 0.0)
+    float_range("learner.target_epsilon", lrn.target_epsilon, 0.0, 1.0)
+    int_range("learner.target_epsilon_from", lrn.target_epsilon_from, 0)
     if lrn.target_epsilon_from > 0 and lrn.target_epsilon == 0:
-        _fail("learner.target_epsilon_from", lrn.target_epsilon_from, "0 with learner.target_epsilon=0 (it says from "
+        fail("learner.target_epsilon_from", lrn.target_epsilon_from, "0 with learner.target_epsilon=0 (it says from "
               "which update the epsilon-greedy bootstrap applies: set learner.target_epsilon too)")
     if lrn.quantiles > 0 and lrn.target_epsilon > 0:
-        _fail("learner.target_epsilon", lrn.target_epsilon, f"0 with learner.quantiles={lrn.quantiles} (the "
+        fail("learner.target_epsilon", lrn.target_epsilon, f"0 with learner.quantiles={lrn.quantiles} (the "
               "epsilon-greedy bootstrap is built for one value per action: set learner.target_epsilon=0)")
     if lrn.quantiles > 0 and lrn.munchausen_alpha > 0:
-        _fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "
+        fail("learner.quantiles", lrn.quantiles, f"0 with learner.munchausen_alpha={lrn.munchausen_alpha} (Munchausen "
               "targets are defined on one value per action; the Mario preset sets 0.9: add "
               "--set learner.munchausen_alpha=0 to train quantiles)")
-    check_augment(lrn, _spec_from_config(cfg))
-    _int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
+    check_augment(lrn, env.spec_from_config(cfg))
+    int_range("learner.reset_every_updates", lrn.reset_every_updates, 0)
     if not isinstance(lrn.reset_head, bool):
-        _fail("learner.reset_head", lrn.reset_head, "true or false")
-    _float_range("learner.shrink_perturb", lrn.shrink_perturb, 0.0, 1.0)
+        fail("learner.reset_head", lrn.reset_head, "true or false")
+    float_range("learner.shrink_perturb", lrn.shrink_perturb, 0.0, 1.0)
     if lrn.reset_every_updates > 0 and not lrn.reset_head and lrn.shrink_perturb == 1.0:
-        _fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
+        fail("learner.reset_every_updates", lrn.reset_every_updates, "0 when learner.reset_head=false and "
               "learner.shrink_perturb=1.0 (such a reset changes nothing)")
 
 
-def check_augment(lrn: LearnerConfig, spec: EnvSpec | None = None) -> None:
+def check_augment(lrn: LearnerConfig, spec: EnvShape | None = None) -> None:
     """learner.augment_shift: a pixel count, for image observations only, at most a quarter of the frame's side.
     `spec` None: only the range (the CLI calls this again with the env's spec, the learner with its own)."""
-    _int_range("learner.augment_shift", lrn.augment_shift, 0, 32)
+    int_range("learner.augment_shift", lrn.augment_shift, 0, 32)
     if spec is None or lrn.augment_shift == 0:
         return
     if not spec.image:
-        _fail("learner.augment_shift", lrn.augment_shift, f"0 for observations of shape {tuple(spec.obs_shape)} "
+        fail("learner.augment_shift", lrn.augment_shift, f"0 for observations of shape {tuple(spec.obs_shape)} "
               "(random shifts move the pixels of 2-D frames)")
     side = min(spec.obs_shape[0], spec.obs_shape[1])
     if lrn.augment_shift > side // 4:
-        _fail("learner.augment_shift", lrn.augment_shift, f"an integer in [0, {side // 4}] for "
+        fail("learner.augment_shift", lrn.augment_shift, f"an integer in [0, {side // 4}] for "
               f"{spec.obs_shape[0]}x{spec.obs_shape[1]} frames (a quarter of the shorter side)")
 
 
-def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec | None = None) -> None:
+def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvShape | None = None, *,
+                 from_config: bool = False) -> None:
     """Refuse a config whose replay plus networks would not fit in 80% of available memory.
 
-    Without the env's spec (known once the env is inspected) Mario ids use the spec their config
-    implies and other envs lower bounds; the CLI calls this again with the real one.
+    Before the env is inspected `check_all` passes the spec the config implies (Mario's, `from_config`) or, for
+    other envs, None (lower bounds); the CLI calls this again with the real one.
     """
     r = cfg.replay
     needed = estimate_replay_bytes(cfg, spec)
@@ -413,7 +416,7 @@ def check_memory(cfg: Config, available_bytes: int | None = None, spec: EnvSpec 
             f"but only {available} bytes ({available / 2**30:.2f} GiB) are available; "
             f"allowed: a capacity whose estimate stays under {MEMORY_SHARE:.0%} of available memory"
         )
-    params = estimate_network_params(cfg, spec)
+    params = estimate_network_params(cfg, spec, from_config=from_config)
     net = 4 * params * _network_copies(cfg)
     if needed + net > room:
         raise ConfigError(

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from envs.spec import EnvSpec, is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 from shared.config import ENCODERS, LearnerConfig
-from shared.env_spec import EnvSpec, is_image_obs  # the torso rule: 2-D frames take the CNN (EnvSpec.image)
 
 NOISY_SIGMA0 = 0.5  # the NoisyNet paper's factorized sigma0: what rebuilding a checkpoint's network for loading uses
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from envs.bounds import UNKNOWN_BOUND
+from envs.spec import EnvSpec
 from shared.chunk import FLAG_END, FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-from shared.env_bounds import UNKNOWN_BOUND
-from shared.env_spec import EnvSpec
 from shared.values import is_int
 
 MAGIC = b"MAPX"
@@ -67,7 +67,7 @@ MAX_JSON_DEPTH = 32  # nested objects/arrays in a JSON frame; HELLO needs 1, dee
 # Value bounds. n-step returns are summed in float64 and stored as float32 (shared/chunk.py): with
 # |r| <= 1e6, gamma <= 1 and n <= 64 (config limits) a return stays below 6.4e7, far from float32's
 # 3.4e38, and so do the TD errors and priorities computed from it. ObsSpec carries the head's bounds
-# (the run's EnvSpec: the env's own, shared/env_bounds.py, or env.max_abs_*); these are a bare ObsSpec's.
+# (the run's EnvSpec: the env's own, envs/bounds.py, or env.max_abs_*); these are a bare ObsSpec's.
 DEFAULT_MAX_ABS_REWARD = UNKNOWN_BOUND  # per-step reward as sent (already multiplied by env.reward_scale)
 DEFAULT_MAX_ABS_OBS = UNKNOWN_BOUND  # float observations only; integer frames (uint8 Mario) cannot overflow
 MAX_ABS_EPISODE_RETURN = 1e15  # EPISODE_SUMMARY return (float64, unscaled; only averaged for logs)

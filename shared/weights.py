@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
+from shared.config import LearnerConfig
 from shared.protocol import (
     MAX_JSON_BYTES,
     WEIGHTS,
@@ -97,16 +99,15 @@ def decode_weights(parts: Sequence[Any], reference: Mapping[str, torch.Tensor]) 
     return header.weight_version, out
 
 
-def network_template(config: Any) -> dict[str, torch.Tensor]:
-    """The state_dict layout (names, shapes, dtypes) WEIGHTS must match for a run with `config`.
+def network_template(spec: EnvSpec, learner: LearnerConfig) -> dict[str, torch.Tensor]:
+    """The state_dict layout (names, shapes, dtypes) WEIGHTS must match for a run whose env has `spec`
+    (envs/factory.py `env_spec` of its config's env section) and whose network is `learner`'s.
 
     Built on the meta device (shapes only, no memory), so it is cheap."""
-    from shared.env_factory import env_spec
     from shared.network import build_q_network_for
 
-    spec = env_spec(config.env)
     with torch.device("meta"):
-        net = build_q_network_for(spec, config.learner)
+        net = build_q_network_for(spec, learner)
     return dict(net.state_dict())
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from envs.factory import make_env
 from shared.config import EnvConfig
-from shared.env_factory import make_env
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "mario_golden.json"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.action_repeat import ActionRepeat
 from actors.collector import Collector
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig

@@ -1,4 +1,4 @@
-"""Atari preprocessing (shared/atari_env.py) on a scripted emulator, the real ALE, the image path for any
+"""Atari preprocessing (envs/atari.py) on a scripted emulator, the real ALE, the image path for any
 RGB env, and the collector's handling of a lost life (terminal for learning, one episode per game). No torch
 outside the collector test."""
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from shared.atari_env import EPISODE_CONTINUES, FIRE, NOOP, AtariEnv, make_raw_ale
+from envs.atari import EPISODE_CONTINUES, FIRE, NOOP, AtariEnv, make_raw_ale
+from envs.factory import describe_env, env_spec, episode_continues, make_env
+from envs.spec import EnvSpec
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig
-from shared.env_factory import describe_env, env_spec, episode_continues, make_env
-from shared.env_spec import EnvSpec
 
 pytestmark = pytest.mark.envonly  # torch only in the collector test, which skips without it
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from learner.augment import augment_pair, draw_shifts, random_shift
 from shared.config import ConfigError, LearnerConfig, ReplayConfig
 from shared.config_checks import check_augment
-from shared.env_spec import EnvSpec
 
 
 def padded_crop(frames: np.ndarray, dy: int, dx: int, pad: int) -> np.ndarray:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from envs.testing import COUNTING_ENV_ID
 from evaluate.average import AverageError, average_networks
 from evaluate.average import main as average_main
 from evaluate.evaluate import main as evaluate_main
 from learner.checkpoint import load_checkpoint
 from shared.config import EnvConfig
-from shared.fake_env import COUNTING_ENV_ID
 from tests.support.learner_fakes import FakeReplay, make_learner, small_config
 
 

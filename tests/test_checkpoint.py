@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from learner.checkpoint import (
     CheckpointError,
     check_geometry,
@@ -22,7 +23,6 @@ from learner.checkpoint import (
     find_checkpoint,
     load_checkpoint,
 )
-from shared.env_spec import EnvSpec
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 
@@ -620,8 +620,8 @@ def test_replay_contents_are_checked_before_resuming(case, replay_checkpoint, tm
 
 
 def _head_bounds():
+    from envs.bounds import UNKNOWN_BOUND
     from replay.value_bounds import ValueBounds
-    from shared.env_bounds import UNKNOWN_BOUND
 
     return ValueBounds.of_head(UNKNOWN_BOUND, UNKNOWN_BOUND)  # an env nothing is known of: |obs|, |reward| <= 1e6
 
@@ -725,10 +725,10 @@ def _resume_after(corrupt, tmp_path):
     import subprocess
     import sys
 
+    from envs.factory import env_spec
     from launcher.cli import parse_args
     from replay.buffer import ReplayBuffer
     from shared.chunk import FLAG_FIRST, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-    from shared.env_factory import env_spec
     from tests.support.cluster import ROOT, head_env
 
     flags = ["--profile", "cpu", "--env", "CartPole-v1", "--port", "0", "--collectors", "0", "--max-seconds", "1"]

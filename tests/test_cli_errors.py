@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 
 from config_optimized import load_profile
+from envs.checks import spec_from_config
+from envs.spec import EnvSpec
 from launcher.__main__ import main
 from launcher.cli import parse_args
 from shared.config import ConfigError
@@ -30,7 +32,6 @@ from shared.config_checks import (
     estimate_network_bytes,
     estimate_network_params,
 )
-from shared.env_spec import EnvSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--profile", "cpu", "--max-seconds", "1", "--collectors", "0"]  # case flags come later and win
@@ -313,7 +314,7 @@ def test_good_input_still_parses(tmp_path):
     ],
 )
 def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, num_actions):
-    from shared.mario_actions import num_actions as mario_actions
+    from envs.mario.actions import num_actions as mario_actions
     from shared.network import build_q_network
 
     cfg = load_profile("cpu", overrides)
@@ -330,8 +331,9 @@ def test_network_estimate_counts_the_built_network(overrides, obs_shape, stack, 
         noisy_sigma=cfg.learner.noisy_sigma,
     )
     params = sum(p.numel() for p in built.parameters())
-    spec = None if obs_shape is None else EnvSpec(obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32,
-                                                  num_actions, stack)
+    # Mario's cases: the spec the config alone implies (what check_valid sizes the network by)
+    spec = spec_from_config(cfg) if obs_shape is None else EnvSpec(
+        obs_shape, np.uint8 if len(obs_shape) == 2 else np.float32, num_actions, stack)
     assert estimate_network_params(cfg, spec) == params
     copies = LEARNER_NETWORK_COPIES + COLLECTOR_NETWORK_COPIES * cfg.collectors.count
     assert estimate_network_bytes(cfg, spec) == 4 * params * copies

@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
+from envs.testing import decode_frame
 from replay.buffer import ReplayBuffer
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
-from shared.fake_env import decode_frame
 from shared.network import build_q_network
 from shared.protocol import ObsSpec
 from tests.support.cluster import launch_collectors

@@ -19,13 +19,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("backend", [
     "nes-py",
-    # K envs of one collector time-share the process's one FCEUmm core (shared/mario_retro.py)
+    # K envs of one collector time-share the process's one FCEUmm core (envs/mario/retro.py)
     pytest.param("retro", marks=pytest.mark.skipif(importlib.util.find_spec("stable_retro") is None,
                                                    reason="stable-retro not installed (make install EXTRAS=retro)")),
 ])
 def test_mario_collector_fills_buffer_with_real_frames(backend: str) -> None:
+    from envs import factory as env_factory
     from replay.buffer import ReplayBuffer
-    from shared import env_factory
     from tests.support.cluster import launch_collectors
     from tests.support.local_head import LocalHead
 

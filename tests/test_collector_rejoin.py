@@ -14,14 +14,14 @@ from dataclasses import replace
 import pytest
 
 import actors.session as session
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.__main__ import DEFAULT_REJOIN_TIMEOUT_S, child_argv, option_error, parse_args, rejoin_timeout
 from actors.client import HeadUnavailable, RegistrationError, Welcome
 from actors.collector import Collector
 from actors.session import Rejoin, collect
+from envs.testing import decode_frame
 from shared.chunk import FLAG_FIRST
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, TransportConfig
-from shared.fake_env import decode_frame
 from shared.stop_flag import StopFlag
 from shared.weights import cpu_state
 from tests.support.cluster import ROOT, head_env

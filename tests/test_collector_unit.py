@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.collector import Collector
 from actors.stream import StreamRecorder
 from config_optimized import load_config
+from envs.factory import env_spec
+from envs.testing import decode_frame
 from shared.chunk import TransitionChunk, nstep_targets, stack_floors, stack_indices
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
-from shared.fake_env import decode_frame
 from shared.weights import cpu_state, encode_weights, network_template
 from tests.support.fake_link import FakeLink
 
@@ -248,7 +249,7 @@ def test_the_link_decodes_weights_against_its_network_and_refuses_a_mismatch(cap
     from actors.client import HeadLink, Welcome
 
     donor = small_collector(FakeLink()).net
-    template = network_template(small_config())
+    template = network_template(env_spec(small_config().env), small_config().learner)
     ctx = zmq.Context()
     welcome = Welcome(1, "inproc://nowhere-data", "inproc://nowhere-weights", 0.1, 1, 0, Config(), b"tok")
     link = HeadLink(ctx, welcome, template)
@@ -277,7 +278,7 @@ def test_a_link_takes_the_head_s_first_broadcast_over_real_sockets() -> None:
 
     col = small_collector(FakeLink())
     donor = small_collector(FakeLink(), collector_id=3).net
-    template = network_template(small_config())
+    template = network_template(env_spec(small_config().env), small_config().learner)
     ctx = zmq.Context()
     pub = WeightPublisher(["tcp://127.0.0.1:0"], context=ctx, heartbeat_s=0.05)
     link = None
@@ -367,7 +368,7 @@ def test_a_welcome_config_out_of_range_is_refused_by_name(section: str, field: s
 
 
 def test_a_welcome_network_too_large_for_this_machine_is_refused() -> None:
-    from shared.config_checks import check_welcome
+    from envs.checks import check_welcome
 
     config = load_config("cpu", [f"env.env_id={MARIO}", "learner.hidden=512"])
     check_welcome(config, available_bytes=8 << 30)
@@ -381,7 +382,7 @@ def test_a_link_that_cannot_connect_raises_and_leaves_no_socket_open() -> None:
 
     from actors.client import HeadLink, RegistrationError, Welcome
 
-    template = network_template(small_config())
+    template = network_template(env_spec(small_config().env), small_config().learner)
     ctx = zmq.Context()
     for data, weights in (("tcp://", "inproc://w"), ("inproc://d", "tcp://")):  # schemes fine, addresses not
         with pytest.raises(RegistrationError, match="cannot use its endpoints") as failed:

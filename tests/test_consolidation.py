@@ -14,9 +14,10 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.client import RegistrationError, register
 from bench.attack import hello
+from envs.spec import EnvSpec
 from ingest.consolidation import MAX_SEQ_JUMP, PARKED_WITHOUT_CREDITS
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
 from ingest.registration import Registrar, collector_config
@@ -24,7 +25,6 @@ from replay.buffer import ReplayBuffer
 from shared import protocol as P
 from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import Config, ReplayConfig
-from shared.env_spec import EnvSpec
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
 from tests.support.ingest_head import (

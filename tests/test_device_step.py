@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from learner.device_source import DeviceSource
 from learner.precision import PrecisionPolicy, cpu_has_native_bf16
 from learner.step import autograd_gradients, func_gradients
@@ -25,7 +26,6 @@ from replay.buffer import ReplayBuffer
 from replay.device_batch import sample_batch
 from replay.device_ring import MASS, RET
 from shared.config import Config, LearnerConfig, ReplayConfig
-from shared.env_spec import EnvSpec
 from tests.support.learner_pairs import (
     ACTIONS,
     GAMMA,

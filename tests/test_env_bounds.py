@@ -1,4 +1,4 @@
-"""The head's value bounds derived from the env (shared/env_bounds.py), and the real envs staying within them.
+"""The head's value bounds derived from the env (envs/bounds.py), and the real envs staying within them.
 
 Why: a bound far above what the env produces admits data no real episode has (one chunk of 1e6
 CartPole observations ruins the network; rewards of 1e5 forge a solved run). A bound below what it
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from shared import env_bounds
+from envs import bounds as env_bounds
+from envs.factory import env_spec, make_env
+from envs.mario.reward import CLOCK_MAX, DEATH_PENALTY, FLAG_BONUS, max_abs_step_reward, max_dx
 from shared.config import EnvConfig
-from shared.env_factory import env_spec, make_env
-from shared.mario_reward import CLOCK_MAX, DEATH_PENALTY, FLAG_BONUS, max_abs_step_reward, max_dx
 
 
 def test_derived_reward_bounds() -> None:

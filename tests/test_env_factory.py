@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from envs.factory import env_spec, make_env, parse_mario_id
+from envs.spec import EnvSpec
+from envs.testing import COUNTING_ENV_ID, decode_frame
 from shared.config import EnvConfig
-from shared.env_factory import env_spec, make_env, parse_mario_id
-from shared.env_spec import EnvSpec
-from shared.fake_env import COUNTING_ENV_ID, decode_frame
 
 pytestmark = pytest.mark.envonly
 
@@ -56,7 +56,7 @@ def test_env_spec_vector_and_frame_envs() -> None:
 
 
 def test_mario_env_spec_needs_no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shared.mario_emulator as emulator
+    import envs.mario.emulator as emulator
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("env_spec built an emulator")
@@ -79,7 +79,7 @@ def test_make_env_builds_mario_env() -> None:
 
 
 def test_random_stages_spec_is_a_stages_spec_without_an_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shared.mario_emulator as emulator
+    import envs.mario.emulator as emulator
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("env_spec built an emulator")
@@ -142,7 +142,7 @@ def test_bad_action_set_names_allowed_values(env_id: str) -> None:
 def test_env_modules_do_not_import_torch() -> None:
     """CI runs the envonly tests under Python 3.13 where torch is absent."""
     code = (
-        "import sys; import shared.env_factory, shared.mario_env, shared.mario_emulator, shared.mario_ram; "
+        "import sys; import envs.factory, envs.mario.env, envs.mario.emulator, envs.mario.ram; "
         "sys.exit('torch' in sys.modules)"
     )
     subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)
@@ -168,6 +168,7 @@ def test_env_spec_carries_the_configs_reward_handling_and_its_description() -> N
 
 def test_config_only_modules_do_not_import_torch_or_gymnasium() -> None:
     """The config checks use EnvSpec where neither is installed (Python 3.13: no torch)."""
-    code = ("import sys; import shared.env_spec, shared.config_checks; "
+    code = ("import sys; import envs.spec, envs.checks, shared.config_checks; "
+            "from shared.config import Config; Config().check_valid(available_bytes=512 * 2**30); "
             "sys.exit('torch' in sys.modules or 'gymnasium' in sys.modules)")
     subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=ROOT, check=True, capture_output=True)

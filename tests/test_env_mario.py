@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envs.factory import make_env
+from envs.mario.actions import ACTION_LISTS, action_buttons
+from envs.mario.emulator import FLAG, package_generation
+from envs.mario.env import MarioEnv
 from shared.config import EnvConfig
-from shared.env_factory import make_env
-from shared.mario_actions import ACTION_LISTS, action_buttons
-from shared.mario_emulator import FLAG, package_generation
-from shared.mario_env import MarioEnv
 
 pytestmark = pytest.mark.envonly
 

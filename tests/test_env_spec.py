@@ -9,10 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from envs.spec import EnvSpec
+from envs.testing import COUNTING_ENV_ID, CountingEnv
 from launcher.head import Head
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
-from shared.env_spec import EnvSpec
-from shared.fake_env import COUNTING_ENV_ID, CountingEnv
 from shared.protocol import ObsSpec
 
 
@@ -88,7 +88,7 @@ def test_python_m_launcher_builds_the_env_once_in_all(tmp_path, monkeypatch, con
 
 
 def test_a_mario_head_builds_no_emulator(tmp_path, monkeypatch) -> None:
-    import shared.mario_emulator as emulator
+    import envs.mario.emulator as emulator
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("the head built an emulator")

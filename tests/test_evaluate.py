@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from envs.testing import COUNTING_ENV_ID
 from evaluate import random_policy as rpb
 from evaluate.evaluate import find_baseline
 from evaluate.evaluate import main as evaluate_main
@@ -24,7 +25,6 @@ from evaluate.plots import _wall_minutes, periodic_evals, plot_learning_curve, p
 from evaluate.plots import main as plots_main
 from evaluate.video import FrameRecorder, to_rgb, write_gif
 from shared.config import EnvConfig
-from shared.fake_env import COUNTING_ENV_ID
 from tests.support.cluster import ROOT, head_env
 from tests.support.learner_fakes import FakeReplay, make_learner, make_run_dir, small_config
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from envs.testing import COUNTING_ENV_ID
 from launcher.head import Head
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
-from shared.fake_env import COUNTING_ENV_ID
 
 
 def seeded_config(seed: int) -> Config:

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from learner.checkpoint import CheckpointError, load_checkpoint
 from shared.config import Config, ConfigError
-from shared.env_spec import EnvSpec
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config, state_copy
 
 SHIPPED = Path(__file__).resolve().parents[1] / "docs" / "checkpoints" / "mario-1-1-cpu"
@@ -130,8 +130,8 @@ def test_the_flag_sets_the_config_field_and_a_missing_checkpoint_is_one_line(tmp
 
 def _cartpole_checkpoint(tmp_path: Path, flags: list[str]) -> tuple[Path, dict[str, torch.Tensor]]:
     """A checkpoint of a learner built as the head builds it for `flags` (CartPole), after one update."""
+    from envs.factory import env_spec
     from launcher.cli import parse_args
-    from shared.env_factory import env_spec
 
     cfg, _ = parse_args([*flags, "--run-dir", str(tmp_path / "src")])
     spec = env_spec(cfg.env)

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+import envs.testing  # noqa: F401  (registers ApeXCounting-v0)
 from launcher.head import Head, StopAt
 from shared.config import (
     CollectorConfig,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from shared.env_spec import EnvSpec
+from envs.spec import EnvSpec
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config
 
 

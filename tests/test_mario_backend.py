@@ -1,4 +1,4 @@
-"""env.backend: auto | nes-py | retro (shared/mario_backend.py), with and without stable-retro installed.
+"""env.backend: auto | nes-py | retro (envs/mario/backend.py), with and without stable-retro installed.
 
 Without the optional install is simulated here, so both sides are checked on every machine: retro is refused in
 one line, auto falls back to nes-py and says so once.
@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from shared import mario_backend
+from envs.checks import check_config
+from envs.mario import backend as mario_backend
 from shared.config import Config, ConfigError, EnvConfig
-from shared.config_checks import check_all
 
 pytestmark = pytest.mark.envonly
 
@@ -27,23 +27,23 @@ def without_retro(monkeypatch: pytest.MonkeyPatch):
 
 def test_unknown_backend_is_one_line(without_retro) -> None:
     with pytest.raises(ConfigError, match=r"^env.backend='snes' is invalid: allowed auto, nes-py, retro$"):
-        check_all(Config(env=EnvConfig(backend="snes")), None)
+        check_config(Config(env=EnvConfig(backend="snes")), None)
 
 
 def test_retro_without_the_install_is_refused_in_one_line(without_retro) -> None:
     with pytest.raises(ConfigError) as err:
-        check_all(Config(env=EnvConfig(backend="retro")), None)
+        check_config(Config(env=EnvConfig(backend="retro")), None)
     assert "\n" not in str(err.value)
     assert "env.backend='retro' cannot run: stable-retro is not installed (make install EXTRAS=retro)" in str(err.value)
 
 
 def test_auto_falls_back_to_nes_py_with_one_log_line(without_retro, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="shared.mario_backend"):
+    with caplog.at_level(logging.INFO, logger="envs.mario.backend"):
         assert mario_backend.resolve_backend("auto") == "nes-py"
         assert mario_backend.resolve_backend("auto") == "nes-py"
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["env.backend=auto: stable-retro is not installed (make install EXTRAS=retro), Mario runs on nes-py"]
-    check_all(Config(env=EnvConfig(backend="auto")), None)  # accepted
+    check_config(Config(env=EnvConfig(backend="auto")), None)  # accepted
 
 
 def test_auto_picks_retro_where_installed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""env.backend=retro against nes-py: the same game on stable-retro's FCEUmm core (shared/mario_retro.py).
+"""env.backend=retro against nes-py: the same game on stable-retro's FCEUmm core (envs/mario/retro.py).
 
 Checked: the golden action sequences (tests/data/mario_golden.json, recorded on nes-py) replay on retro with the
 same rewards, infos, episode ends and truncations; the 84x84 observations agree with nes-py's on the same
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envs.factory import make_env
+from envs.mario.backend import retro_installed
 from shared.config import EnvConfig
-from shared.env_factory import make_env
-from shared.mario_backend import retro_installed
 from tests.record_mario_golden import rollout
 
 pytestmark = [
@@ -180,7 +180,7 @@ def test_other_rom_modes_replay_alike(version: int) -> None:
     import subprocess
     import sys
 
-    from shared.mario_emulator import package_generation
+    from envs.mario.emulator import package_generation
 
     if package_generation() == "gymnasium":
         pytest.skip("gym-super-mario-bros 9.x ships only the vanilla ROM")

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+import envs.testing  # noqa: F401  (registers ApeXCounting-v0)
+from envs.spec import EnvSpec
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig
-from shared.env_spec import EnvSpec
 from shared.network import ImpalaCNN, NatureCNN, build_q_network, conv_space_to_depth, use_space_to_depth
 from tests.support.head_runs import run_inprocess_head
 from tests.support.learner_fakes import FakeReplay, learner_of, make_learner, small_config
@@ -120,6 +120,7 @@ def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks(
     the same names, shapes and dtypes, and each one's weights load into the other with the same outputs; with
     learner.quantiles the collector acts on the mean of the learner's quantiles."""
     from actors.collector import Collector
+    from envs.factory import env_spec
     from ingest.registration import collector_config
     from shared.weights import network_template
     from tests.support.fake_link import FakeLink
@@ -138,7 +139,7 @@ def test_a_collector_and_a_learner_of_one_config_build_interchangeable_networks(
             assert tuple(learner.online.state_dict()["head.advantage.2.weight"].shape) == \
                 (collector.num_actions * quantiles, 16)
         theirs, ours = collector.net.state_dict(), learner.online.state_dict()
-        template = network_template(welcomed)
+        template = network_template(env_spec(welcomed.env), welcomed.learner)
         assert {k: (tuple(t.shape), t.dtype) for k, t in theirs.items()} == \
             {k: (tuple(t.shape), t.dtype) for k, t in ours.items()} == \
             {k: (tuple(t.shape), t.dtype) for k, t in template.items()}

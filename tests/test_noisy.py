@@ -130,7 +130,7 @@ def test_a_collector_draws_new_noise_every_step() -> None:
 def test_a_noisy_checkpoint_evaluates_with_its_mean_weights(tmp_path) -> None:
     import gymnasium as gym
 
-    import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+    import envs.testing  # noqa: F401  (registers ApeXCounting-v0)
 
     learner = make_learner(small_config(noisy_sigma=0.5), replay=FakeReplay(obs_shape=(84, 84), num_actions=3, seed=3),
                            num_actions=3, seed=4)

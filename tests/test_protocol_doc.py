@@ -228,7 +228,7 @@ def test_the_welcome_carries_exactly_the_config_keys_of_the_doc_s_table() -> Non
 
 
 def test_observation_spec_rules() -> None:
-    from shared.env_factory import env_spec
+    from envs.factory import env_spec
 
     assert "CartPole-v1 `(4,)` float32" in DOC
     spec = env_spec(EnvConfig(env_id="CartPole-v1", frame_stack=4))

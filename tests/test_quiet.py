@@ -15,7 +15,7 @@ pytestmark = pytest.mark.envonly
 
 MAKE_AND_STEP = """
 from shared.config import EnvConfig
-from shared.env_factory import make_env
+from envs.factory import make_env
 
 env = make_env(EnvConfig())
 env.reset(seed=0)
@@ -25,7 +25,7 @@ env.close()
 
 # what `make install` runs to check the install: Mario's package first, through the project's import
 INSTALL_CHECK = """
-from shared.mario_emulator import import_mario_package
+from envs.mario.emulator import import_mario_package
 
 import_mario_package()
 import nes_py  # noqa: F401

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from replay.buffer import ReplayBuffer, ReplayInvariantError
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import Config, ReplayConfig
-from shared.env_spec import EnvSpec
 from tests.support.replay_streams import (
     check_frame,
     complete_transitions,

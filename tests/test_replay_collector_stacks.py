@@ -12,8 +12,8 @@ import collections
 import numpy as np
 
 import actors.stream as stream_mod
+from envs.testing import CountingEnv, decode_frame
 from replay.buffer import ReplayBuffer
-from shared.fake_env import CountingEnv, decode_frame
 
 SHAPE, STACK, N, GAMMA = (4, 8), 4, 3, 0.99
 

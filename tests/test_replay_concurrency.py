@@ -91,7 +91,7 @@ def test_writer_thread_and_reader_thread_without_lock(batches: int, device: str)
 @CUDA
 def test_build_puts_frames_on_the_learner_gpu_when_they_fit() -> None:
     from config_optimized import load_profile
-    from shared.env_spec import EnvSpec
+    from envs.spec import EnvSpec
 
     cfg = load_profile("gpu-server", ["replay.capacity=20000", "replay.storage_device=auto"])
     spec = EnvSpec(SHAPE, np.dtype(np.uint8), 4, 4)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRED = ("setup.cfg", "actors", "learner", "replay", "shared", "tests", "config_optimized.py", "Makefile",
+REQUIRED = ("setup.cfg", "actors", "envs", "learner", "replay", "shared", "tests", "config_optimized.py", "Makefile",
             "README.md", ".ci/run")
 MAX_FILE_BYTES = 16 * 2**20  # a shipped evaluation-only checkpoint is at most 15 MiB (evaluate/export.py)
 MACHINE_LOCAL = (".venv", "runs", "wheelhouse", "keys")  # .gitignore's; built or written on each machine

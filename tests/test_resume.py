@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from envs.spec import EnvSpec
 from launcher.head import Head, StopAt
 from learner.checkpoint import CheckpointError
 from learner.trainer import Learner
 from replay.buffer import ReplayBuffer
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.config import Config, LearnerConfig, ReplayConfig
-from shared.env_spec import EnvSpec
 from tests.support.head_runs import cartpole
 from tests.support.learner_fakes import learner_of
 

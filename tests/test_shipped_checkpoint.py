@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from envs.factory import make_env
 from evaluate.evaluate import _build_policy, _load, play_episode
-from shared.env_factory import make_env
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "docs" / "checkpoints"
 SHIPPED = CHECKPOINTS / "mario-1-1-cpu"  # the 1-1 one: the modified-copy control below

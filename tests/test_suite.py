@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from envs.factory import make_env
+from envs.testing import COUNTING_ENV_ID
 from evaluate import random_policy as rpb
 from evaluate.evaluate import find_baseline
 from evaluate.levels import RANDOM_STAGES, Level, LevelError, parse_level, parse_levels
@@ -24,8 +26,6 @@ from evaluate.stats import aggregate, iqm, stratified_bootstrap_ci
 from evaluate.suite import episode_seeds
 from evaluate.suite import main as suite_main
 from shared.config import Config, EnvConfig
-from shared.env_factory import make_env
-from shared.fake_env import COUNTING_ENV_ID
 from tests.support.cluster import ROOT, head_env
 from tests.support.learner_fakes import make_run_dir
 

@@ -6,7 +6,7 @@ import json
 import threading
 from dataclasses import replace
 
-import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0)
+import envs.testing  # noqa: F401  (registers ApeXCounting-v0)
 from launcher.head import Head, StopAt
 from shared.config import CollectorConfig, Config, EnvConfig, LearnerConfig, ReplayConfig, TransportConfig
 

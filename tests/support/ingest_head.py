@@ -13,13 +13,13 @@ import numpy as np
 import torch
 import zmq
 
-import shared.fake_env  # noqa: F401
+import envs.testing  # noqa: F401
 from actors.client import register
 from actors.stream import StreamRecorder
+from envs import bounds as env_bounds
 from ingest.consolidation import ConsolidationThread
 from ingest.registration import Registrar
 from replay.buffer import ReplayBuffer
-from shared import env_bounds
 from shared import protocol as P
 from shared.chunk import TransitionChunk
 from shared.config import CollectorConfig, Config, ReplayConfig, TransportConfig

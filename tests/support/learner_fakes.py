@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
 from shared.batch import SampleBatch
 from shared.config import Config, EnvConfig, LearnerConfig, ReplayConfig
-from shared.env_spec import EnvSpec
 
 SMALL_OBS = (36, 36)  # smallest frame the Nature CNN accepts: fast tests, same code path as 84x84
 

@@ -12,10 +12,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from envs.spec import EnvSpec
 from replay.buffer import ReplayBuffer
 from replay.device_ring import MASS
 from shared.config import Config, LearnerConfig, ReplayConfig
-from shared.env_spec import EnvSpec
 from tests.support.replay_streams import chunks_for, make_streams
 
 IMAGE = (36, 36)  # the smallest frame the Nature CNN takes: the Mario code path, small

@@ -1,7 +1,7 @@
 """A collector simulator for replay tests.
 
 Each stream is a full frame sequence whose bytes encode (stream, episode, t) (the CountingEnv
-header, decoded with shared.fake_env.decode_frame) and whose remaining bytes repeat a value
+header, decoded with envs.testing.decode_frame) and whose remaining bytes repeat a value
 derived from the triple, so a torn (partly overwritten) frame is detected too. Chunks are cut
 exactly as shared/chunk.py describes: a chunk starts (stack-1) frames before the first
 incomplete transition, clipped at the episode's FIRST frame; the newest frame has no action
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from envs.testing import decode_frame
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
-from shared.fake_env import decode_frame
 
 if TYPE_CHECKING:
     from replay.buffer import ReplayBuffer

@@ -9,7 +9,7 @@ rewards of 1e5 per step make a forged episode "solve" any --target-return. So by
 
 * rewards, per agent step and before env.reward_scale:
   - Mario: progress (at most 5 px per emulator frame), the clock falling by at most its
-    three-digit range, a death or a flag (shared/mario_reward.py); 1 with env.clip_rewards;
+    three-digit range, a death or a flag (envs/mario/reward.py); 1 with env.clip_rewards;
   - Atari with env.clip_rewards: 1; CartPole, Acrobot, MountainCar: 1;
   - any other env: 1e6 (nothing is known of its rewards);
 * float observations (integer frames cannot hold a huge value and stay unchecked):
@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from envs.mario.reward import max_abs_step_reward
 from shared.config import EnvConfig, is_atari, is_mario
-from shared.mario_reward import max_abs_step_reward
 
 UNKNOWN_BOUND = 1e6  # what is accepted of an env nothing is known of (the bound before it was derived)
 DECLARED_MARGIN = 2.0  # x the largest finite bound an observation space declares

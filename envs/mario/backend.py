@@ -1,10 +1,10 @@
 """Which NES emulator runs Mario: env.backend = auto | nes-py | retro.
 
   * "nes-py": gym-super-mario-bros' own emulator (always installed);
-  * "retro":  stable-retro's FCEUmm core (shared/mario_retro.py), ~5x cheaper per frame; needs the optional
+  * "retro":  stable-retro's FCEUmm core (envs/mario/retro.py), ~5x cheaper per frame; needs the optional
               install (`make install EXTRAS=retro`);
   * "auto":   retro where stable-retro is installed, else nes-py (said once per process in the log).
-Both give the same Gymnasium env (shared/mario_env.py); tests/test_mario_retro.py measures how alike.
+Both give the same Gymnasium env (envs/mario/env.py); tests/test_mario_retro.py measures how alike.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 @cache
 def retro_installed() -> bool:
     """Whether stable-retro can be imported (checked once per process: the import is ~0.1 s)."""
-    from shared.mario_retro import retro_available
+    from envs.mario.retro import retro_available
 
     return retro_available()
 
@@ -61,9 +61,9 @@ def backend_label(backend: str) -> str:
 def open_emulator(backend: str, target: tuple[int, int] | None, rom_mode: str):  # noqa: ANN201 - either emulator
     """A bare SMB1 emulator (MarioEmulator or RetroMarioEmulator) on the backend `backend` resolves to."""
     if resolve_backend(backend) == "retro":
-        from shared.mario_retro import RetroMarioEmulator
+        from envs.mario.retro import RetroMarioEmulator
 
         return RetroMarioEmulator(target, rom_mode)
-    from shared.mario_emulator import MarioEmulator
+    from envs.mario.emulator import MarioEmulator
 
     return MarioEmulator(target, rom_mode)

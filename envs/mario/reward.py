@@ -1,6 +1,6 @@
-"""The terms of the Mario reward (shared/mario_env.py) and the largest |reward| one agent step can give.
+"""The terms of the Mario reward (envs/mario/env.py) and the largest |reward| one agent step can give.
 
-Kept apart from the env so that the head's value bounds (shared/env_bounds.py) can be computed on
+Kept apart from the env so that the head's value bounds (envs/bounds.py) can be computed on
 interpreters without the emulator, OpenCV or Gymnasium.
 """
 

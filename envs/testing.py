@@ -64,7 +64,7 @@ def decode_frame(frame: np.ndarray) -> tuple[int, int, int]:
 
 def register() -> None:
     if COUNTING_ENV_ID not in gym.registry:
-        gym.register(id=COUNTING_ENV_ID, entry_point="shared.fake_env:CountingEnv")
+        gym.register(id=COUNTING_ENV_ID, entry_point="envs.testing:CountingEnv")
 
 
 register()

@@ -1,6 +1,6 @@
 """EnvSpec: what the rest of the system needs to know of the training env, read once.
 
-The head computes one EnvSpec at start (`shared.env_factory.env_spec`: from one env instance, or
+The head computes one EnvSpec at start (`envs.factory.env_spec`: from one env instance, or
 from the config alone for Mario, which needs no emulator) and hands it to every part that sizes
 something by the env: the replay (frame shape, dtype, stack), the learner (its network and the
 checkpoint's geometry record), the wire's `ObsSpec` (shared/protocol.py: what the receiver checks
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from shared import env_bounds
+from envs import bounds
+from envs.mario.actions import num_actions as mario_num_actions
+from envs.mario.backend import backend_label
 from shared.config import EnvConfig
-from shared.mario_actions import num_actions as mario_num_actions
-from shared.mario_backend import backend_label
 
 
 def is_image_obs(obs_shape: Sequence[int]) -> bool:
@@ -43,10 +43,10 @@ class EnvSpec:
     stack: int  # observations per network input: env.frame_stack for frames, 1 for anything else
     frame_skip: int = 1  # emulator frames per agent step (Mario and Atari apply env.frame_skip; other envs none)
     reward_scale: float = EnvConfig.reward_scale  # collectors send reward x this; episode returns stay unscaled
-    # what the head accepts (shared/env_bounds.py derives them in `of_config`): largest |scaled reward| and largest
+    # what the head accepts (envs/bounds.py derives them in `of_config`): largest |scaled reward| and largest
     # |value| of a float observation
-    max_abs_reward: float = env_bounds.UNKNOWN_BOUND
-    max_abs_obs: float = env_bounds.UNKNOWN_BOUND
+    max_abs_reward: float = bounds.UNKNOWN_BOUND
+    max_abs_obs: float = bounds.UNKNOWN_BOUND
     # what the env became (preprocessing, image or vector path, actions), for the head's first log line
     description: str = field(default="", compare=False, repr=False)
 
@@ -88,11 +88,11 @@ class EnvSpec:
                   declared_obs_bounds: Sequence[float] | None = None) -> EnvSpec:
         """The spec of an env `env_config` builds, whose observations and actions are as given: the stack, the
         reward handling and the value bounds come from the config and the env (`declared_obs_bounds`: its Box's
-        low and high values, see shared/env_bounds.py); `preprocessing` and `action_names` only feed `description`."""
+        low and high values, see envs/bounds.py); `preprocessing` and `action_names` only feed `description`."""
         shape = tuple(int(d) for d in obs_shape)
         stack = env_config.frame_stack if is_image_obs(shape) else 1
         spec = cls(shape, np.dtype(obs_dtype), int(num_actions), stack, frame_skip=frame_skip,
-                   reward_scale=env_config.reward_scale, max_abs_reward=env_bounds.max_abs_reward(env_config),
-                   max_abs_obs=env_bounds.max_abs_obs(env_config, declared_obs_bounds))
+                   reward_scale=env_config.reward_scale, max_abs_reward=bounds.max_abs_reward(env_config),
+                   max_abs_obs=bounds.max_abs_obs(env_config, declared_obs_bounds))
         names = f" ({' '.join(action_names)})" if action_names else ""
         return replace(spec, description=f"{preprocessing}; {spec.path()}, {spec.num_actions} actions{names}")

@@ -33,7 +33,7 @@ from importlib import metadata
 import cv2
 import numpy as np
 
-from shared.mario_ram import (
+from envs.mario.ram import (
     AREA,
     CHANGE_AREA_TIMER,
     PLAYER_STATE,

@@ -29,8 +29,8 @@ Episode ends:
 Every reset restores the state right after the start screen: the emulator has no randomness,
 so episodes are fully determined by the actions; `seed` only seeds `np_random`.
 
-Backends (`backend`, shared/mario_backend.py): "nes-py" (the package's emulator) or "retro" (stable-retro's FCEUmm
-core, shared/mario_retro.py): everything above the emulator's frame is this class, the same for both.
+Backends (`backend`, envs/mario/backend.py): "nes-py" (the package's emulator) or "retro" (stable-retro's FCEUmm
+core, envs/mario/retro.py): everything above the emulator's frame is this class, the same for both.
 
 info: x_pos, flag_get (reached on this step), world, stage, score, life, time - read from RAM.
 """
@@ -39,16 +39,14 @@ from __future__ import annotations
 
 from typing import Any, SupportsFloat
 
-import cv2
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from shared.mario_actions import action_buttons
-from shared.mario_backend import open_emulator
-from shared.mario_emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH, MarioEmulator
-from shared.mario_retro import RetroMarioEmulator
-from shared.mario_reward import DEATH_PENALTY, FLAG_BONUS, max_dx
+from envs.emulator_env import EmulatorEnv
+from envs.mario.actions import action_buttons
+from envs.mario.backend import open_emulator
+from envs.mario.emulator import DIED, ENDED, FLAG, SCREEN_HEIGHT, SCREEN_WIDTH
+from envs.mario.reward import DEATH_PENALTY, FLAG_BONUS, max_dx
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -57,10 +55,8 @@ def _positive_int(name: str, value: int) -> int:
     return int(value)
 
 
-class MarioEnv(gym.Env[np.ndarray, int]):
+class MarioEnv(EmulatorEnv):
     """Fused Mario env (action set, frame skip + max, grayscale, resize, RAM reward, time limit)."""
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
 
     def __init__(
         self,
@@ -76,8 +72,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
         render_mode: str | None = None,
         backend: str = "nes-py",
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r} is invalid: allowed None or 'rgb_array'")
+        super().__init__(render_mode)
         self._buttons = action_buttons(action_set)  # raises ValueError naming the allowed sets
         self._frame_skip = _positive_int("frame_skip", frame_skip)
         self._frame_size = _positive_int("frame_size", frame_size)
@@ -85,14 +80,9 @@ class MarioEnv(gym.Env[np.ndarray, int]):
         self._clip = bool(clip_rewards)
         self._stop_on_life_loss = bool(life_loss_terminal)
         self._max_dx = max_dx(self._frame_skip)
-        self.render_mode = render_mode
-        self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 / self._frame_skip}
         self.action_space = spaces.Discrete(len(self._buttons))
-        self.observation_space = spaces.Box(0, 255, (self._frame_size, self._frame_size), np.uint8)
-
-        self._emu: MarioEmulator | RetroMarioEmulator | None = open_emulator(backend, target, rom_mode)
-        self._gray = np.empty((2, SCREEN_HEIGHT, SCREEN_WIDTH), np.uint8)
-        self._dsize = (self._frame_size, self._frame_size)
+        emulator = open_emulator(backend, target, rom_mode)
+        self._attach(emulator, (SCREEN_HEIGHT, SCREEN_WIDTH), self._frame_skip, self._frame_size)
         self._needs_reset = True
         self._t = 0
         self._x_last = 0
@@ -185,25 +175,7 @@ class MarioEnv(gym.Env[np.ndarray, int]):
             self._needs_reset = True
         return obs, reward, terminated, truncated, self._info(flag)
 
-    def render(self) -> np.ndarray | None:
-        if self.render_mode == "rgb_array":
-            return self._open().rgb()
-        return None
-
-    def close(self) -> None:
-        if self._emu is not None:
-            self._emu.close()
-            self._emu = None
-
     # ------------------------------------------------------------------ helpers
-    def _open(self) -> MarioEmulator | RetroMarioEmulator:
-        if self._emu is None:
-            raise RuntimeError("MarioEnv is closed")
-        return self._emu
-
-    def _resize(self) -> np.ndarray:
-        return cv2.resize(self._gray[0], self._dsize, interpolation=cv2.INTER_AREA)
-
     def _info(self, flag: bool) -> dict[str, Any]:
         ram = self._open().ram
         return {

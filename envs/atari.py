@@ -15,7 +15,7 @@ AtariPreprocessing do it), applied per agent step / reset:
     > 0) returns terminated=True with info["episode_continues"]=True. The game is NOT over: the
     next `reset()` (without a seed) goes on playing it (one NOOP step, then FIRE where needed)
     instead of restarting. The collector flags the transition terminal (no bootstrap) but keeps
-    one episode, for reporting, until the game is over (shared/env_factory.episode_continues);
+    one episode, for reporting, until the game is over (envs/factory.episode_continues);
   * reward clipping to [-1, 1] (clip_rewards); info["raw_reward"] keeps the unclipped score so
     reported episode returns are game scores;
   * truncated=True after max_episode_steps agent steps of one game, or at ALE's own frame cap
@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, SupportsFloat
 
-import cv2
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from envs.emulator_env import EmulatorEnv
 
 EPISODE_CONTINUES = "episode_continues"  # info key: terminal for learning, the game (episode) goes on
 NOOP = 0  # index 0 of every ALE minimal action set
@@ -125,10 +126,8 @@ def _count(name: str, value: int, lo: int) -> int:
     return int(value)
 
 
-class AtariEnv(gym.Env[np.ndarray, int]):
+class AtariEnv(EmulatorEnv):
     """Fused DQN preprocessing over an `AtariEmulator` (see the module docstring)."""
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
 
     def __init__(
         self,
@@ -142,9 +141,7 @@ class AtariEnv(gym.Env[np.ndarray, int]):
         max_episode_steps: int = 27_000,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r} is invalid: allowed None or 'rgb_array'")
-        self._emu: AtariEmulator | None = emulator
+        super().__init__(render_mode)
         self._frame_skip = _count("frame_skip", frame_skip, 1)
         self._frame_size = _count("frame_size", frame_size, 1)
         self._noop_max = _count("noop_max", noop_max, 0)
@@ -156,12 +153,8 @@ class AtariEnv(gym.Env[np.ndarray, int]):
         self.needs_fire = len(meanings) >= 3 and meanings[FIRE] == "FIRE"
         # sticky actions happen inside the emulator (ALE v5 ids: 0.25); shown in the head's first log line
         self.repeat_action_probability = float(getattr(emulator, "repeat_action_probability", 0.0))
-        self.render_mode = render_mode
-        self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 / self._frame_skip}
         self.action_space = spaces.Discrete(len(meanings))
-        self.observation_space = spaces.Box(0, 255, (self._frame_size, self._frame_size), np.uint8)
-        self._gray = np.empty((2, *emulator.screen_shape), np.uint8)
-        self._dsize = (self._frame_size, self._frame_size)
+        self._attach(emulator, emulator.screen_shape, self._frame_skip, self._frame_size)
         self._t = 0  # agent steps of the current game (all its lives)
         self._lives = 0
         self._needs_reset = True
@@ -211,22 +204,7 @@ class AtariEnv(gym.Env[np.ndarray, int]):
         info = {"lives": lives, "raw_reward": raw, EPISODE_CONTINUES: continues}
         return obs, reward, terminated, truncated, info
 
-    def render(self) -> np.ndarray | None:
-        if self.render_mode == "rgb_array":
-            return self._open().rgb()
-        return None
-
-    def close(self) -> None:
-        if self._emu is not None:
-            self._emu.close()
-            self._emu = None
-
     # ------------------------------------------------------------------ helpers
-    def _open(self) -> AtariEmulator:
-        if self._emu is None:
-            raise RuntimeError("AtariEnv is closed")
-        return self._emu
-
     def _skip(self, action: int) -> tuple[float, bool]:
         """Repeat `action` frame_skip frames; the max of the last two screens into _gray[0]. (reward, game over)"""
         emu, gray, skip = self._open(), self._gray, self._frame_skip
@@ -273,9 +251,6 @@ class AtariEnv(gym.Env[np.ndarray, int]):
             if not self._fire():
                 return
         raise RuntimeError("the Atari game ended during every reset's no-op/FIRE start")
-
-    def _resize(self) -> np.ndarray:
-        return cv2.resize(self._gray[0], self._dsize, interpolation=cv2.INTER_AREA)
 
 
 def make_atari_env(

@@ -2,22 +2,22 @@
 
 Why one factory: collectors, the evaluator and tests must build bit-identical envs from the
 same config, and the learner/replay must size buffers from the same config without stepping
-(`env_spec`, an EnvSpec: shared/env_spec.py).
+(`env_spec`, an EnvSpec: envs/spec.py).
 
 Mario ids (SMB1 only; the reward reads SMB1 RAM):
     SuperMarioBros-vN        full game (N = 0 vanilla; 1/2/3 = downsample/pixel/rectangle ROMs,
                               only on gym-super-mario-bros 7.4)
     SuperMarioBros-W-S-vN    one stage, W in 1..8, S in 1..4
-    SuperMarioBrosRandomStages-vN  World 1's four stages, one drawn per episode (shared/mario_stages.py)
-Atari ids (ale-py, ROMs in its wheel): ALE/<Game>-v5 -> shared/atari_env.py, the standard DQN
+    SuperMarioBrosRandomStages-vN  World 1's four stages, one drawn per episode (envs/mario/stages.py)
+Atari ids (ale-py, ROMs in its wheel): ALE/<Game>-v5 -> envs/atari.py, the standard DQN
 preprocessing (no-op starts, skip + max-pool, 84x84 gray, life loss terminal, FIRE reset, clipping).
 Any other registered Gymnasium id (CartPole-v1, ApeXCounting-v0, ...): `gymnasium.make(id)` with
 a TimeLimit of max_episode_steps; an (H, W, C) uint8 image observation becomes one gray
-frame_size x frame_size frame (shared/image_obs.py), anything else is left as it is (vector
+frame_size x frame_size frame (envs/image_obs.py), anything else is left as it is (vector
 observations stay vectors, 2-D uint8 frames stay frames).
 
 Image path vs vector path: the network takes the Nature CNN for 2-D observations and the MLP
-otherwise (shared/env_spec.py is_image_obs); `EnvSpec.description` says which one an env got.
+otherwise (envs/spec.py is_image_obs); `EnvSpec.description` says which one an env got.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import re
 import gymnasium as gym
 import numpy as np
 
-from shared.atari_env import EPISODE_CONTINUES  # no emulator: ale-py is imported when an Atari env is built
+from envs.atari import EPISODE_CONTINUES  # no emulator: ale-py is imported when an Atari env is built
+from envs.image_obs import GrayResizeObservation, is_image_space
+from envs.mario.actions import check_action_set
+from envs.mario.stages import RandomStagesEnv, is_random_stages, stage_configs, stage_env_ids
+from envs.spec import EnvSpec
 from shared.config import ConfigError, EnvConfig, is_atari, is_mario
-from shared.env_spec import EnvSpec
-from shared.image_obs import GrayResizeObservation, is_image_space
-from shared.mario_actions import check_action_set
-from shared.mario_stages import RandomStagesEnv, is_random_stages, stage_configs, stage_env_ids
 
 _MARIO_ID = re.compile(r"^SuperMarioBros-(?:(?P<world>[1-8])-(?P<stage>[1-4])-)?v(?P<version>[0-3])$")
 _ROM_MODES = ("vanilla", "downsample", "pixel", "rectangle")
@@ -66,10 +66,10 @@ def parse_mario_id(env_id: str) -> tuple[tuple[int, int] | None, str]:
 
 def _ensure_registered(env_id: str) -> None:
     """Register the project's own envs (and ale-py's for ALE/ ids), then fail with suggestions if the id is still unknown."""
-    import shared.fake_env  # noqa: F401  (registers ApeXCounting-v0 on import)
+    import envs.testing  # noqa: F401  (registers ApeXCounting-v0 on import)
 
     if is_atari(env_id):
-        from shared.atari_env import register_ale
+        from envs.atari import register_ale
 
         try:
             register_ale()
@@ -109,7 +109,7 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
         return RandomStagesEnv(stage_configs(env_config), lambda stage: make_env(stage, render_mode), render_mode)
     if is_mario(env_id):
         target, rom_mode = parse_mario_id(env_id)
-        from shared.mario_env import MarioEnv  # imported lazily: it loads the emulator packages
+        from envs.mario.env import MarioEnv  # imported lazily: it loads the emulator packages
 
         return MarioEnv(
             target,
@@ -124,7 +124,7 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
             backend=env_config.backend,
         )
     if is_atari(env_id):
-        from shared.atari_env import make_atari_env  # imported lazily: it loads the emulator
+        from envs.atari import make_atari_env  # imported lazily: it loads the emulator
 
         return make_atari_env(
             env_id,
@@ -149,7 +149,7 @@ def make_env(env_config: EnvConfig, render_mode: str | None = None) -> gym.Env:
 
 
 def env_spec(env_config: EnvConfig, env: gym.Env | None = None) -> EnvSpec:
-    """The run's EnvSpec (shared/env_spec.py) without stepping.
+    """The run's EnvSpec (envs/spec.py) without stepping.
 
     Mario specs come from the config alone (building the emulator skips the start screen, ~0.5 s).
     Other envs are read from `env` when given (an instance `make_env(env_config)` built, which the
@@ -163,7 +163,7 @@ def env_spec(env_config: EnvConfig, env: gym.Env | None = None) -> EnvSpec:
     if is_mario(env_id):
         _, rom_mode = parse_mario_id(stage_env_ids(env_id)[0])
         if rom_mode != "vanilla":
-            from shared.mario_emulator import package_generation
+            from envs.mario.emulator import package_generation
 
             if package_generation() == "gymnasium":
                 raise ConfigError(f"{env_id!r}: non-vanilla ROMs (-v1/-v2/-v3) need gym-super-mario-bros 7.4")

@@ -2,7 +2,7 @@
 
 Only stable-retro's low-level `RetroEmulator(rom_path)` applies: its own game integration expects another ROM
 hash, so the ROM is the one gym-super-mario-bros ships, and the package's start-screen skip and frame
-semantics run here (shared/mario_emulator.py MarioFrames, the one implementation for both backends).
+semantics run here (envs/mario/emulator.py MarioFrames, the one implementation for both backends).
 
 What differs from nes-py and how it is undone, so the 84x84 observation agrees (tests/test_mario_retro.py
 measures by how much):
@@ -29,8 +29,8 @@ import os
 import cv2
 import numpy as np
 
-from shared.mario_emulator import SCREEN_HEIGHT, SCREEN_WIDTH, MarioFrames, import_mario_package
-from shared.mario_ram import MarioRam
+from envs.mario.emulator import SCREEN_HEIGHT, SCREEN_WIDTH, MarioFrames, import_mario_package
+from envs.mario.ram import MarioRam
 
 # no-op frames before the start screen is pressed: FCEUmm's power-on RAM is not zeroed. With 2 (and the input
 # delay below) the golden action sequences replay with nes-py's rewards, infos and episode ends exactly
