@@ -207,19 +207,15 @@ class AtariEnv(EmulatorEnv):
     # ------------------------------------------------------------------ helpers
     def _skip(self, action: int) -> tuple[float, bool]:
         """Repeat `action` frame_skip frames; the max of the last two screens into _gray[0]. (reward, game over)"""
-        emu, gray, skip = self._open(), self._gray, self._frame_skip
-        reward, ended, have_prev = 0.0, False, False
-        for i in range(skip):
+        emu = self._open()
+        reward = 0.0
+
+        def one_frame() -> bool:
+            nonlocal reward
             reward += emu.act(action)
-            if emu.game_over():
-                ended = True
-                break
-            if i == skip - 2:
-                emu.gray_into(gray[1])
-                have_prev = True
-        emu.gray_into(gray[0])
-        if have_prev:
-            np.maximum(gray[0], gray[1], out=gray[0])
+            return emu.game_over()
+
+        ended = self._skip_pooled(self._frame_skip, one_frame)
         return reward, ended
 
     def _fire(self) -> bool:

@@ -1,10 +1,10 @@
 """What the fused emulator envs (envs/mario/env.py MarioEnv, envs/atari.py AtariEnv) share: the render mode, one
-open emulator until `close`, and the frame pipeline's ends -- two gray screens the skip max-pools into the first,
-resized (INTER_AREA) to a square uint8 observation of `frame_size`. Each env keeps its own stepping and resets."""
+open emulator until `close`, and the frame pipeline -- the frame skip max-pooling the last two gray screens into the
+first, resized (INTER_AREA) to a square uint8 observation of `frame_size`. Each env keeps its own stepping and resets."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cv2
@@ -47,6 +47,24 @@ class EmulatorEnv(gym.Env[np.ndarray, int]):
         if self._emu is None:
             raise RuntimeError(f"{type(self).__name__} is closed")
         return self._emu
+
+    def _skip_pooled(self, skip: int, frame: Callable[[], bool]) -> bool:
+        """One agent step of `skip` emulator frames: `frame()` runs one and says whether the episode ended (the
+        skip then stops early); `_gray[0]` becomes the max of the last two frames' screens (the last one alone when
+        the skip stopped before it had two). Returns whether it stopped early."""
+        emu, gray = self._emu, self._gray
+        ended, have_prev = False, False
+        for i in range(skip):
+            if frame():
+                ended = True
+                break
+            if i == skip - 2:
+                emu.gray_into(gray[1])
+                have_prev = True
+        emu.gray_into(gray[0])
+        if have_prev:
+            np.maximum(gray[0], gray[1], out=gray[0])
+        return ended
 
     def _resize(self) -> np.ndarray:
         """The observation: the pooled screen `_gray[0]`, resized."""

@@ -129,23 +129,17 @@ class MarioEnv(EmulatorEnv):
                 f"action={action!r} is invalid: allowed an integer in [0, {len(self._buttons) - 1}]"
             ) from None
 
-        skip = self._frame_skip
         stop = self._stop_on_life_loss
         frame = emu.frame
-        gray = self._gray
         events = 0
-        have_prev = False
-        for i in range(skip):
+
+        def one_frame() -> bool:
+            nonlocal events
             ev = frame(buttons, stop)
             events |= ev
-            if ev & ENDED:
-                break
-            if i == skip - 2:
-                emu.gray_into(gray[1])
-                have_prev = True
-        emu.gray_into(gray[0])
-        if have_prev:
-            np.maximum(gray[0], gray[1], out=gray[0])
+            return bool(ev & ENDED)
+
+        self._skip_pooled(self._frame_skip, one_frame)
         obs = self._resize()
 
         ram = emu.ram
