@@ -178,6 +178,7 @@ class ConsolidationThread(threading.Thread):
     def _round(self, poller: zmq.Poller) -> None:
         self._reclaim(poller, time.monotonic())
         self.registrations.check_descriptors(time.monotonic())  # idle connections must not take the last ones
+        self.registrations.check_memory(time.monotonic())  # nor unfinished messages all the memory
         for state in self.collectors.values():  # a collector whose park is full is not read: its HWM holds it
             readable = len(state.pending) < self.park_limit
             if readable != state.polled:

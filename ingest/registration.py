@@ -37,6 +37,7 @@ from typing import Any
 
 import zmq
 
+from ingest.memory_guard import MemoryGuard
 from ingest.peers import MAX_TRACKED_STREAMS, CollectorState, EpisodeRules, max_priority
 from replay.chunk_plan import max_chunk_frames
 from shared import open_files
@@ -160,12 +161,15 @@ class Registrar:
         control_endpoint: str | None = None,
         num_collectors: int | None = None,
         own_pids: Callable[[], Collection[int]] | None = None,
+        memory_expected_bytes: int = 0,
     ) -> None:
         """`transport`: endpoints, CURVE, socket options; `collectors`: the count and the epsilon schedule;
         `replay`: its capacity sets the largest chunk, hence the data sockets' MAXMSGSIZE; `welcome_config`:
         the run's whole config (`Config.to_dict()`): every WELCOME carries the part a collector reads
         (`collector_config`), and its env section says how collectors' episode summaries are checked;
-        `own_pids`: the pids of the collectors the head itself runs (None: no room is kept for them)."""
+        `own_pids`: the pids of the collectors the head itself runs (None: no room is kept for them);
+        `memory_expected_bytes`: what the head's memory will still grow by by itself (its replay filling up), on
+        top of which transport.memory_margin_mb is what peers may make it hold (ingest/memory_guard.py)."""
         t = self.transport = transport
         self.collectors = collectors
         self.welcome_config = collector_config(welcome_config)
@@ -198,6 +202,7 @@ class Registrar:
         self.auth = None
         self.control: zmq.Socket | None = None
         self.guard: ListenerGuard | None = None  # the control endpoint's, when it is TCP
+        self.memory: MemoryGuard | None = None  # with a TCP control endpoint: the bound on peers' unfinished messages
         self._probe = -1
         self._data_guards: dict[int, ListenerGuard] = {}  # cid -> its TCP data endpoint's guard
         self._shed: set[int] = set()  # cids whose data endpoint is unbound, to bind again
@@ -212,6 +217,7 @@ class Registrar:
             if self.control_endpoint.startswith("tcp://"):
                 self.guard = ListenerGuard(self.control, self.control.getsockopt_string(zmq.LAST_ENDPOINT))
                 self._probe = os.open(os.devnull, os.O_RDONLY)  # the data endpoints' guards count with it
+                self.memory = MemoryGuard.for_head(t.memory_margin_mb << 20, memory_expected_bytes)
             if t.local_transport == "ipc":  # named after this process: a later head removes it if we are killed
                 self.ipc_dir = owned_tempdir()
         except BaseException:
@@ -254,6 +260,20 @@ class Registrar:
                     guard.check(now)
                 if guard is None or guard.bound:
                     self._shed.discard(cid)
+
+    def check_memory(self, now: float) -> None:
+        """Every turn of the consolidation loop: above the memory guard's limit, close every TCP connection of the
+        control and data endpoints (a message whose frames never end is held until its connection closes); each
+        endpoint binds again on its port at the next turns, and collectors reconnect."""
+        rss = self.memory.due(now) if self.memory is not None else None
+        if rss is None or self.guard is None:
+            return
+        why = f"resident memory {rss >> 20} MiB above the ingress limit {self.memory.limit >> 20} MiB"  # type: ignore[union-attr]
+        self.guard.reset(now, why)
+        for cid, guard in self._data_guards.items():
+            if guard.bound:
+                guard.reset(now, f"{why} (collector {cid}'s data endpoint)")
+                self._shed.add(cid)
 
     # ------------------------------------------------------------------ HELLO -> WELCOME
     def drain(self, open_count: int, reject: Reject, admit: Callable[[CollectorState], None]) -> int:

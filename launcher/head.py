@@ -172,6 +172,7 @@ class Head:
             # room is kept for the collector processes the supervisor started (their HELLOs come over loopback)
             own_pids=lambda: self.supervisor.pids() if hasattr(self, "supervisor") else (),
             control_endpoint=f"inproc://mapx-control-{id(self)}" if self.inprocess else f"tcp://{t.bind}:{t.port}",
+            memory_expected_bytes=self.replay.nbytes(),  # a generous bound where the replay is on a GPU
         )
         self._stack.callback(self._close_registrar, registrar)
         self.consolidation = ConsolidationThread(

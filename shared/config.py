@@ -217,6 +217,10 @@ class TransportConfig:
     max_chunks_in_flight: int = 0
     head_timeout_s: float = 10.0  # collectors take a head silent this long for gone: remote ones rejoin, the head's own exit
     stall_timeout_s: float = 30.0  # head restarts a collector silent this long
+    # Memory the head may hold above what it held at start and its replay's full size, in MiB, before it closes
+    # every TCP connection (ingest/memory_guard.py: a message whose frames never end grows memory under any
+    # frame limit); 0 = off
+    memory_margin_mb: int = 1024
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,7 @@ def check_all(cfg: Config, available_bytes: int | None, env: EnvRules) -> None:
     int_range("transport.recv_hwm", t.recv_hwm, 1, 100_000)
     _check_link(c, t)
     float_range("transport.stall_timeout_s", t.stall_timeout_s, 0.0, 3600.0, lo_open=True)
+    int_range("transport.memory_margin_mb", t.memory_margin_mb, 0, 1 << 24)
 
     float_range("logging.interval_s", lg.interval_s, 0.0, 86400.0, lo_open=True)
     int_range("logging.episode_window", lg.episode_window, 1, 100_000)
