@@ -112,13 +112,13 @@ run: $(TRAIN_STAMP)
 bench: $(TRAIN_STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
 
-# Fault soak (bench/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
+# Fault soak (tests/hostile/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
 # fail; exit 1 if anything acknowledged was lost or written twice, or a check failed. JSON report: SOAK_JSON.
 SOAK_MINUTES ?= 60
 SOAK_JSON ?= runs/soak.json
 soak: $(TRAIN_STAMP)
 	@mkdir -p $(dir $(SOAK_JSON))
-	$(VPY) -m bench.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
+	$(VPY) -m tests.hostile.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
 
 # Multi-host fault soak (tests/hostile/soak_net.py): a CURVE head and remote collectors on network-namespace hosts for
 # SOAK_NET_MINUTES of partitions, latency, bandwidth caps, stalls, resets, head kills (resumed on the same port) and

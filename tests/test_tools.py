@@ -14,8 +14,8 @@ import pytest
 from bench import proxy
 from tests.support.cluster import ROOT
 
-TOOLS = ["bench.attack", "bench.backend_steps", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
-         "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.average", "evaluate.export",
+TOOLS = ["tests.hostile.attack", "bench.backend_steps", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
+         "bench.proxy", "bench.record_scale_chunks", "tests.hostile.soak", "evaluate.average", "evaluate.export",
          "evaluate.campaign", "evaluate.levels_table",
          "evaluate.random_policy",
          "tests.record_mario_golden"]
@@ -77,7 +77,7 @@ def test_proxy_refuses_a_non_positive_duration(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--minutes", "0"], ["--capacity", "100"]])
 def test_soak_refuses_bad_input_before_starting_anything(args: list[str], tmp_path: Path) -> None:
-    proc = _run("bench.soak", *args, "--workdir", str(tmp_path / "soak"))
+    proc = _run("tests.hostile.soak", *args, "--workdir", str(tmp_path / "soak"))
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "soak").exists()
 
