@@ -27,7 +27,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-random test-fast test-env run bench soak soak-net eval suite lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env test-experiments run bench soak soak-net eval suite lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9 help
 
 install: $(STAMP)
@@ -39,6 +39,7 @@ help:
 	@echo "make test-fast    the suite without the slow mark"
 	@echo "make test-random  the suite in a random order"
 	@echo "make test-env     the environment tests only (no torch needed)"
+	@echo "make test-experiments  the research tools' tests (experiments/), which make test leaves out"
 	@echo "make lint         ruff over the repository"
 	@echo "make eval         play a checkpoint: CHECKPOINT=runs/<run> ARGS=\"--epsilon 0.05\" (docs/evaluation.md)"
 	@echo "make suite        checkpoints x levels x evaluation seeds: CHECKPOINT=\"runs/a runs/b\" ARGS=\"--levels 1-1 --out DIR\""
@@ -82,12 +83,17 @@ $(VENV)/.installed-%: setup.cfg pyproject.toml $(RETRO_REQUIREMENTS)
 # a head spend much of their time waiting on each other's processes, so 2 workers fill a 2-core
 # machine. Every test owns its TMPDIR and ports (port 0), so tests running side by side cannot see
 # each other's folders, sockets or processes. The few marked `alone` (judged by how processes share the
-# CPU) run afterwards, one at a time. TEST_WORKERS=0 runs the suite in one process, in order. Status 5
+# CPU) run afterwards, one at a time. The research tools' tests (mark `experiments`) are left out:
+# make test-experiments runs them. TEST_WORKERS=0 runs the suite in one process, in order. Status 5
 # (nothing selected, e.g. PYTEST_ARGS naming a file without `alone` tests) is no failure.
 TEST_WORKERS ?= 2
 test: install
-	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(VPY) -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone and not experiments" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VPY) -m pytest -m "alone and not experiments" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The research tools' tests (experiments/: the tools that each fed one experiment record), in one process.
+test-experiments: install
+	$(VPY) -m pytest -m experiments $(PYTEST_ARGS)
 
 # The suite in a random order (modules and the tests inside each shuffled; the seed is printed, and
 # PYTEST_ARGS=--random-order-seed=N repeats an order): no test may depend on another having run first.
@@ -112,13 +118,13 @@ run: $(TRAIN_STAMP)
 bench: $(TRAIN_STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
 
-# Fault soak (bench/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
+# Fault soak (tests/hostile/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
 # fail; exit 1 if anything acknowledged was lost or written twice, or a check failed. JSON report: SOAK_JSON.
 SOAK_MINUTES ?= 60
 SOAK_JSON ?= runs/soak.json
 soak: $(TRAIN_STAMP)
 	@mkdir -p $(dir $(SOAK_JSON))
-	$(VPY) -m bench.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
+	$(VPY) -m tests.hostile.soak --minutes $(SOAK_MINUTES) --json $(SOAK_JSON)
 
 # Multi-host fault soak (tests/hostile/soak_net.py): a CURVE head and remote collectors on network-namespace hosts for
 # SOAK_NET_MINUTES of partitions, latency, bandwidth caps, stalls, resets, head kills (resumed on the same port) and

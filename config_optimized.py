@@ -240,7 +240,7 @@ MARIO_PRESET: dict[str, str] = {
 }
 
 # Cheap envs want a small, fresh replay and a fast-reacting learner. Tuned on CartPole-v1 on the
-# 2-core CPU box (`python -m bench.cartpole_race`, BENCHMARKS.md#learning-cartpole-v1-through-the-whole-system).
+# 2-core CPU box (`python -m experiments.cartpole_race`, BENCHMARKS.md#learning-cartpole-v1-through-the-whole-system).
 CARTPOLE_PRESET: dict[str, str] = {
     "replay.capacity": "100000",  # holds the whole 100k-step budget: forgetting early failures destabilizes CartPole
     "learner.warmup_transitions": "1000",  # a few dozen random episodes are enough to start learning

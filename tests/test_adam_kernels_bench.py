@@ -1,4 +1,4 @@
-"""The Adam kernel bench's plumbing (the figure itself is `python -m bench.adam_kernels`), and the learner's choice."""
+"""The Adam kernel bench's plumbing (the figure itself is `python -m experiments.adam_kernels`), and the learner's choice."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
-from bench.adam_kernels import KERNELS, measure
+from experiments.adam_kernels import KERNELS, measure
 from learner.dqn import make_optimizer
 
 
+@pytest.mark.experiments
 def test_one_round_reports_both_kernels_on_the_learner_s_parameters() -> None:
     result = measure(threads=1, rounds=2, steps=1, warmup=0)
     assert set(result["adam_ms_per_step"]) == set(KERNELS)
@@ -26,15 +28,17 @@ def test_the_learner_s_adam_is_fused_on_the_cpu() -> None:
     assert opt.param_groups[0]["fused"] is True
 
 
+@pytest.mark.experiments
 def test_a_bad_count_exits_2_with_one_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench.adam_kernels", "--rounds", "0"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "experiments.adam_kernels", "--rounds", "0"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.strip() == "error: --rounds must be >= 1 (got 0)"
 
 
+@pytest.mark.experiments
 def test_out_writes_the_printed_json(tmp_path) -> None:
     out = tmp_path / "adam.json"
-    done = subprocess.run([sys.executable, "-m", "bench.adam_kernels", "--rounds", "1", "--steps", "1", "--out",
+    done = subprocess.run([sys.executable, "-m", "experiments.adam_kernels", "--rounds", "1", "--steps", "1", "--out",
                            str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text()) == json.loads(done.stdout)

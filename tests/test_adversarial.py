@@ -1,6 +1,6 @@
 """A live head under attack: `python -m launcher` as a subprocess, attacked over 127.0.0.1.
 
-The attacks come from bench/attack.py (a person can replay each one by hand against `make run`).
+The attacks come from tests/hostile/attack.py (a person can replay each one by hand against `make run`).
 For each attack: the head stays alive and keeps training (env steps and updates grow in metrics.jsonl),
 rejections are counted exactly (metrics `rejected`; head.log names each reason once), its RSS stays
 bounded, and at the end SIGINT stops it with exit 0, a checkpoint with finite weights, a
@@ -39,7 +39,7 @@ import pytest
 import torch
 import zmq
 
-from bench import attack as A
+from tests.hostile import attack as A
 from tests.support.cluster import ROOT, children_of, head_env, kill_tree, read_metrics, wait_endpoints
 from tests.support.waits import wait_for
 
@@ -325,7 +325,7 @@ def test_chunks_beyond_the_envs_own_bounds_are_rejected(head_a):
     """Values a real CartPole never produces, though finite and far below the 1e6 an unknown env is allowed: a
     chunk of observations at 1e3 (one such chunk ruined the network while 1e6 was CartPole's bound too) and
     rewards of 1 where the preset's reward_scale makes every real one 0.1."""
-    from bench.attack import FakeCollector, valid_chunk
+    from tests.hostile.attack import FakeCollector, valid_chunk
 
     h = head_a
     row = h.settled()
@@ -413,7 +413,7 @@ def test_xpub_spam_does_not_stop_heartbeats_or_weights(head_a):
     assert sub.poll(10_000), "no message on the weights port before the attack"
     rss0 = h.rss_mb()
     collectors = children_of(h.pid)
-    spam = subprocess.Popen([sys.executable, "-m", "bench.attack", "--connect", h.connect,
+    spam = subprocess.Popen([sys.executable, "-m", "tests.hostile.attack", "--connect", h.connect,
                              "--attack", "xpub-spam", "--seconds", "10"], cwd=ROOT, env=head_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     beats: list[float] = []
@@ -645,7 +645,7 @@ def test_forged_one_step_episodes_do_not_stop_a_target_return_run(tmp_path):
     No local collectors: every episode the head counts comes from the attacker's sockets. The forged summaries
     must not count (ret20 stays empty, the run goes on); a genuine episode's summary still counts. With
     CartPole's own reward bound (1 per step) a return above the length is refused at once."""
-    from bench.attack import FakeCollector, forged_episodes, valid_chunk
+    from tests.hostile.attack import FakeCollector, forged_episodes, valid_chunk
 
     head = LiveHead(tmp_path, [*CARTPOLE, "--collectors", "0", "--target-return", "475"], name="forged")
     ctx = zmq.Context()

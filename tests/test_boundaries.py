@@ -5,8 +5,11 @@ the collector protocol -- writes into the replay and knows nothing else of the h
 machine needs only actors/ + envs/ + shared/, and each room can change alone). envs/ (the env
 factory, EnvSpec and its bounds, Mario, Atari, the counting test env) stands on shared/ alone and
 needs no torch; the sides that build envs import any of it, those that only size something by the
-env its description. Checked on the source's import statements, lazy imports inside functions
-included; shared/ and envs/ together also have no import cycle at import time."""
+env its description. The tools stand above the product: bench/ (`make bench`) may import any product package,
+experiments/ (the research tools) any product package and bench/, and no product package nor bench/ imports
+experiments/ or the tests (tests/, the chaos harness in tests/hostile/ included). Checked on the source's import
+statements, lazy imports inside functions included; shared/ and envs/ together also have no import cycle at import
+time."""
 
 import ast
 from pathlib import Path
@@ -15,20 +18,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD_SIDE = {"learner", "replay", "ingest", "launcher", "bench", "evaluate"}
+# The research tools (one-off measurements, each feeding one experiment record) and the tests stand above everything:
+# neither the product nor bench/ imports them.
+ABOVE = {"experiments", "tests"}
 FORBIDDEN = {
-    "actors": HEAD_SIDE,  # a collector machine needs only actors/ + envs/ + shared/
-    "shared": HEAD_SIDE | {"actors"},  # what both sides import imports neither
+    "actors": HEAD_SIDE | ABOVE,  # a collector machine needs only actors/ + envs/ + shared/
+    "shared": HEAD_SIDE | {"actors"} | ABOVE,  # what both sides import imports neither
     # the envs stand on shared/ alone, and run where torch is not installed (make test-env: Python 3.13)
-    "envs": HEAD_SIDE | {"actors", "torch"},
+    "envs": HEAD_SIDE | {"actors", "torch"} | ABOVE,
     # training only: no process wiring, no tools, no sockets to collectors (it meets the data in the replay)
-    "learner": {"actors", "ingest", "launcher", "bench", "evaluate"},
-    "replay": {"actors", "learner", "ingest", "launcher", "bench", "evaluate"},  # pure storage: knows only shared/
+    "learner": {"actors", "ingest", "launcher", "bench", "evaluate"} | ABOVE,
+    # pure storage: knows only shared/
+    "replay": {"actors", "learner", "ingest", "launcher", "bench", "evaluate"} | ABOVE,
     # the head's side of the wire: registration, data sockets, validation, parking, CREDIT; it writes into
     # the replay (replay/) and speaks the protocol (shared/), and is wired up by the launcher, not the reverse
-    "ingest": {"actors", "learner", "launcher", "bench", "evaluate"},
-    "evaluate": {"actors", "ingest", "launcher", "bench"},  # reads checkpoints (learner/) and plays envs (shared/)
+    "ingest": {"actors", "learner", "launcher", "bench", "evaluate"} | ABOVE,
+    "evaluate": {"actors", "ingest", "launcher", "bench"} | ABOVE,  # reads checkpoints (learner/) and plays envs (shared/)
     # launcher/ wires everything; it imports actors/ only for the in-process mode (collectors as threads)
-    "launcher": {"bench", "evaluate"},
+    "launcher": {"bench", "evaluate"} | ABOVE,
+    # make bench measures the product: any product package, never a research tool nor the tests (nor their harness)
+    "bench": ABOVE,
+    # the research tools: any product package and bench/ (its measurements, e.g. bench.learner's), never the tests
+    "experiments": {"tests"},
 }
 # The replay is storage: no sockets and no wire format (both belong to ingest/), so it can be tested,
 # benched and reused without ZeroMQ and cannot grow a second data plane.

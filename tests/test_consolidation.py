@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 import envs.testing  # noqa: F401
 from actors.client import RegistrationError, register
-from bench.attack import hello
 from envs.spec import EnvSpec
 from ingest.consolidation import MAX_SEQ_JUMP, PARKED_WITHOUT_CREDITS
 from ingest.peers import PENDING_SUMMARIES_PER_STREAM
@@ -27,6 +26,7 @@ from shared.chunk import FLAG_FIRST, NO_ACTION, TransitionChunk
 from shared.config import Config, ReplayConfig
 from shared.exploration import collector_epsilon, stream_epsilons
 from shared.keys import CurveClient, generate, load_client
+from tests.hostile.attack import hello
 from tests.support.ingest_head import (
     SPEC,
     TEMPLATE,
@@ -607,7 +607,7 @@ def test_a_batched_write_admits_what_one_by_one_writes_would() -> None:
 def test_a_summary_flood_keeps_the_registration_bounded_and_counted() -> None:
     """20,000 EPISODE_SUMMARY on distinct stream ids and no transitions (1,000,000 grew a head by > 1 GB):
     the registration keeps only its own streams' backlog, and the rest is counted."""
-    from bench.attack import summary_flood
+    from tests.hostile.attack import summary_flood
 
     head = Head(make_replay(), config=small_config(max_chunks_in_flight=2))
     try:
@@ -625,7 +625,7 @@ def test_a_summary_flood_keeps_the_registration_bounded_and_counted() -> None:
 def test_a_replayed_hello_is_refused_and_the_owner_keeps_its_registration() -> None:
     """The owner's HELLO bytes sent again from another connection returned the owner's WELCOME (its routing id):
     the replayer connected with it first, and ZeroMQ never read the owner's data. Now the replay is refused."""
-    from bench.attack import replayed_hello
+    from tests.hostile.attack import replayed_hello
 
     head = Head(make_replay(), config=small_config(max_chunks_in_flight=2))
     try:

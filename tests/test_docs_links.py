@@ -17,8 +17,8 @@ LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 # Top-level folders whose files a doc may name by path; runs/, keys/ and wheelhouse/ are written on each machine, and
-# scripts/ is named only by the record, for tools since moved into bench/ (git keeps them).
-TRACKED_TOPS = ("actors", "bench", "docs", "evaluate", "ingest", "launcher", "learner", "replay", "results",
+# scripts/ is named only by the record, for tools since moved into bench/ and experiments/ (git keeps them).
+TRACKED_TOPS = ("actors", "bench", "docs", "evaluate", "experiments", "ingest", "launcher", "learner", "replay", "results",
                 "shared", "tests", ".ci")
 _TOPS = "|".join(re.escape(t) for t in TRACKED_TOPS)
 NAMED_PATH = re.compile(rf"^(?:{_TOPS})/[\w./-]*[\w/]$")
@@ -86,7 +86,7 @@ def test_the_checker_sees_a_broken_link(tmp_path: Path) -> None:
     assert named == ["shared/no_such.py"] and not (ROOT / named[0]).exists()
 
 
-PACKAGES = ("actors", "bench", "evaluate", "ingest", "launcher", "learner", "replay", "shared", "tests")
+PACKAGES = ("actors", "bench", "evaluate", "experiments", "ingest", "launcher", "learner", "replay", "shared", "tests")
 _PACKAGES = "|".join(PACKAGES)
 MODULE_RUN = re.compile(rf"python3? -m ((?:{_PACKAGES})(?:\.\w+)*)")
 

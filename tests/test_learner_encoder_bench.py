@@ -1,10 +1,12 @@
-"""Smoke test of the encoder cost bench's plumbing (the full run is `python -m bench.learner_encoder`)."""
+"""Smoke test of the encoder cost bench's plumbing (the full run is `python -m experiments.learner_encoder`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.learner_encoder import collector_ms, main, run_encoder_bench, variants
+from experiments.learner_encoder import collector_ms, main, run_encoder_bench, variants
+
+pytestmark = pytest.mark.experiments
 
 
 def test_variants_start_with_the_nature_cnn() -> None:

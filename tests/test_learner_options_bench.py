@@ -1,11 +1,20 @@
-"""Smoke test of the learner-option cost bench's plumbing (the full run is `python -m bench.learner_options`)."""
+"""Smoke test of the learner-option cost bench's plumbing (the full run is `python -m experiments.learner_options`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.learner_options import base_config, collector_ms, main, parse_variant, run_options_bench, variant_config
+from experiments.learner_options import (
+    base_config,
+    collector_ms,
+    main,
+    parse_variant,
+    run_options_bench,
+    variant_config,
+)
 from shared.config import ConfigError
+
+pytestmark = pytest.mark.experiments
 
 
 def test_parse_variant_names_its_assignments() -> None:

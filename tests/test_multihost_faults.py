@@ -3,7 +3,7 @@ stall and connection resets, then a partition longer than transport.head_timeout
 
 The head runs in the root namespace, bound to a veth address with CURVE keys, port 0, no local collectors. Each
 of two collector hosts (tests/hostile/netns.py) runs a real collector (`python -m actors --connect ...
---curve-keys ...`) and the soak's tagged collector (bench/soak.py: complete episodes whose frames name their
+--curve-keys ...`) and the soak's tagged collector (tests/hostile/soak.py: complete episodes whose frames name their
 chunk, acknowledged by CREDIT), and reaches the head only through its router, where a transparent proxy
 (tests/hostile/fault_proxy.py) carries every connection, the data sockets the WELCOME names included. Faults,
 one after the other: a partition of 5 s, latency 50-300 ms (175 +- 125 ms) with a 64 KB/s cap, a stall of 4 s
@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.soak import TAG_STEPS, TAG_X
 from tests.hostile.netns import HostNet, unavailable
 from tests.hostile.remote_cluster import (
     HEAD_TIMEOUT_S,
     RECLAIMED,
     Cluster,
 )
+from tests.hostile.soak import TAG_STEPS, TAG_X
 from tests.support.cluster import ROOT, stop_head
 from tests.support.waits import wait_until
 
@@ -235,7 +235,7 @@ def test_collectors_ride_out_partition_latency_stall_and_reset(cluster, net, cap
 
 
 def _check_replay(c: Cluster, log: list[str]) -> None:
-    """The soak's accounting (bench/soak.py): chunks credited to a tagged collector are in the replay once each,
+    """The soak's accounting (tests/hostile/soak.py): chunks credited to a tagged collector are in the replay once each,
     a chunk in flight at the reset at most once, none twice; the replay holds what the head counted."""
     ckpt = c.run_dir / "checkpoint"
     meta = json.loads((ckpt / "meta.json").read_text())

@@ -14,7 +14,6 @@ from collections import Counter
 
 import numpy as np
 
-from bench.attack import valid_chunk
 from ingest.peers import (
     MAX_TRACKED_STREAMS,
     PENDING_SUMMARIES_PER_STREAM,
@@ -24,6 +23,7 @@ from ingest.peers import (
 )
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, FLAG_TRUNCATED, NO_ACTION, TransitionChunk
 from shared.protocol import EpisodeSummary
+from tests.hostile.attack import valid_chunk
 
 SCALE = 0.1
 RULES = EpisodeRules(reward_scale=SCALE, verify_returns=True)

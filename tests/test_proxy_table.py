@@ -1,4 +1,4 @@
-"""bench.proxy_table: per-env-step rows from a proxy run's files (hand-made runs, numbers computed by hand)."""
+"""experiments.proxy_table: per-env-step rows from a proxy run's files (hand-made runs, numbers computed by hand)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from bench import proxy_table
+from experiments import proxy_table
+
+pytestmark = pytest.mark.experiments
 
 
 def _run(tmp_path, name, metrics, evals=(), final=None):

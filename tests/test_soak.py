@@ -1,4 +1,4 @@
-"""Two minutes of the fault soak (bench/soak.py): a CartPole head whose collectors are killed and stopped, which
+"""Two minutes of the fault soak (tests/hostile/soak.py): a CartPole head whose collectors are killed and stopped, which
 takes poisoned chunks, deep HELLOs and foreign peers, runs once on a full disk, is killed once and resumed; the
 replay stays valid, every acknowledged tagged chunk is stored exactly once, every rejection is one the soak
 caused, and nothing is left behind. The 60-minute soak: `make soak` (BENCHMARKS.md)."""
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 def test_two_minutes_of_faults_lose_nothing_acknowledged(tmp_path):
     report_path = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "2", "--seed", "3",
+    proc = subprocess.run([sys.executable, "-m", "tests.hostile.soak", "--minutes", "2", "--seed", "3",
                            "--workdir", str(tmp_path / "soak"), "--json", str(report_path)],
                           cwd=ROOT, env=head_env(), capture_output=True, text=True, timeout=1100)
     assert report_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -50,7 +50,7 @@ def test_plan_runs_every_kind_even_when_the_machine_is_slower_than_planned(tmp_p
     the soak still runs one segment of each kind, in order, then a clean last one."""
     import argparse
 
-    from bench.soak import KINDS, Soak
+    from tests.hostile.soak import KINDS, Soak
 
     soak = Soak(argparse.Namespace(seed=3, workdir=str(tmp_path / "w"), minutes=2.0, capacity=400_000))
     try:
@@ -74,7 +74,7 @@ def test_the_heads_tmpdir_is_a_folder_of_the_soak_s_own_even_when_every_path_is_
     /tmp itself (where other heads' folders would count as leftovers, and which the soak removes when done)."""
     import tempfile
 
-    from bench.soak import heads_tmpdir
+    from tests.hostile.soak import heads_tmpdir
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

@@ -1,6 +1,7 @@
-"""The command-line tools beside the trainer (`python -m bench.<tool>`, `python -m evaluate.<tool>`,
-the fixture recorders): each starts from a fresh interpreter with no path set up by hand, and the
-ones that take input refuse bad input with a one-line error and exit code 2."""
+"""The command-line tools beside the trainer (`python -m bench.<tool>`, `python -m experiments.<tool>`,
+`python -m evaluate.<tool>`, the chaos harness in tests/hostile/, the fixture recorders): each starts from a fresh
+interpreter with no path set up by hand, and the ones that take input refuse bad input with a one-line error and
+exit code 2."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import proxy
+from experiments import proxy
 from tests.support.cluster import ROOT
 
-TOOLS = ["bench.attack", "bench.backend_steps", "bench.cartpole_race", "bench.cleanrl_dqn", "bench.env_ceiling", "bench.profile_insert",
-         "bench.proxy", "bench.record_scale_chunks", "bench.soak", "evaluate.average", "evaluate.export",
+# the research tools (experiments/) carry the experiments mark: make test-experiments runs them
+EXPERIMENTS = ["experiments.backend_steps", "experiments.cartpole_race", "experiments.cleanrl_dqn", "experiments.env_ceiling",
+               "experiments.profile_insert", "experiments.proxy"]
+TOOLS = ["tests.hostile.attack", *(pytest.param(m, marks=pytest.mark.experiments) for m in EXPERIMENTS),
+         "bench.record_scale_chunks", "tests.hostile.soak", "evaluate.average", "evaluate.export",
          "evaluate.campaign", "evaluate.levels_table",
          "evaluate.random_policy",
          "tests.record_mario_golden"]
@@ -32,9 +36,10 @@ def test_help_names_the_module(module: str) -> None:
     assert proc.stdout.startswith(f"usage: python -m {module}")
 
 
+@pytest.mark.experiments
 @pytest.mark.parametrize("args", [["--env", "CartPole-v1"], ["--env", "SuperMarioBros-v0"], ["--blocks", "0"]])
 def test_backend_steps_bad_input_is_one_line(args: list[str], capsys) -> None:
-    from bench import backend_steps
+    from experiments import backend_steps
 
     assert backend_steps.main(args) == 2
     err = capsys.readouterr().err
@@ -69,19 +74,21 @@ def test_an_export_over_the_size_limit_writes_nothing(tmp_path: Path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok", "run"]  # no out dir, no staging left
 
 
+@pytest.mark.experiments
 def test_proxy_refuses_a_non_positive_duration(tmp_path: Path) -> None:
-    proc = _run("bench.proxy", str(tmp_path / "run"), "--seed", "0", "--seconds", "0")
+    proc = _run("experiments.proxy", str(tmp_path / "run"), "--seed", "0", "--seconds", "0")
     assert proc.returncode == 2 and "--seconds=0.0" in proc.stderr
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("args", [["--minutes", "0"], ["--capacity", "100"]])
 def test_soak_refuses_bad_input_before_starting_anything(args: list[str], tmp_path: Path) -> None:
-    proc = _run("bench.soak", *args, "--workdir", str(tmp_path / "soak"))
+    proc = _run("tests.hostile.soak", *args, "--workdir", str(tmp_path / "soak"))
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "soak").exists()
 
 
+@pytest.mark.experiments
 def test_proxy_trains_then_evaluates_the_same_run_dir() -> None:
     train, evaluate = proxy.commands("runs/x", 3, 60.0, ["--profile", "cpu", "--set", "collectors.eps_per=stream"])
     assert train[1:3] == ["-m", "launcher"] and evaluate[1:3] == ["-m", "evaluate"]

@@ -15,7 +15,7 @@ measures by how much):
     reaches the game one core frame later (`_pending`), which puts its input on the frame nes-py's reads it;
   * one emulator instance per process: every RetroMarioEmulator of a process shares the one core
     (`_Core`), each keeping its own saved state while another runs: a swap (save one 13 KB state, load
-    another) cost 10.8-11.0 us on the loaded 2-core VM on 2026-12-02 (`python -m bench.backend_steps --blocks 3
+    another) cost 10.8-11.0 us on the loaded 2-core VM on 2026-12-02 (`python -m experiments.backend_steps --blocks 3
     --steps 20`, its retro_core_swap), under 1% of a retro env step. A collector's K envs thus time-share the core at one swap per env step, in
     its own process: no worker processes, shared memory or IPC per step, nothing left behind when it dies
     (the collector steps its K envs one after another on one core anyway).
@@ -227,7 +227,7 @@ class RetroMarioEmulator(MarioFrames):
     # ------------------------------------------------------------------ the shared core
     def own(self) -> None:
         """Make the core run this emulator: save the running one's state, load this one's (~7 us, see
-        bench/backend_steps.py); a no-op when it runs already."""
+        experiments/backend_steps.py); a no-op when it runs already."""
         core = self._core
         if core is None:
             raise RuntimeError("RetroMarioEmulator is closed")

@@ -3,7 +3,7 @@
 `Cluster`: a CartPole head in the root namespace (CURVE keys, bound to the harness's head address, no local
 collectors), a transparent fault proxy in each host's router (tests/hostile/fault_proxy.py), and per host a real
 collector (`python -m actors --connect ... --curve-keys ...`) and the soak's tagged collector (`RemoteTagged`,
-bench/soak.py: chunks that name themselves, acknowledged by CREDIT), with what the tests read of them.
+tests/hostile/soak.py: chunks that name themselves, acknowledged by CREDIT), with what the tests read of them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench import attack as A
-from bench.soak import TaggedCollector
+from tests.hostile import attack as A
 from tests.hostile.fault_proxy import FaultProxy, PortFollower
 from tests.hostile.netns import HostNet, inside
+from tests.hostile.soak import TaggedCollector
 from tests.support.cluster import ROOT, children_of, head_env, kill_tree, read_metrics, start_head
 from tests.support.waits import wait_until
 

@@ -6,7 +6,7 @@
 The cluster is tests/test_multihost_faults.py's: a CartPole head in the root namespace with CURVE keys, bound to
 a fixed port chosen free at the start (the restarted head binds the same one), no local collectors, training (a
 low replay ratio, so weights are published all along); each collector host (tests/hostile/netns.py) runs a real
-collector (`python -m actors --connect ...`, which rejoins by itself) and bench/soak.py's tagged collector, whose
+collector (`python -m actors --connect ...`, which rejoins by itself) and tests/hostile/soak.py's tagged collector, whose
 chunks name themselves; every connection passes the host's transparent proxy (tests/hostile/fault_proxy.py).
 
 Faults, one at a time, each followed by a quiet window; the first ones are a long partition, a reset and a head
@@ -83,16 +83,16 @@ import numpy as np
 import zmq
 
 from actors.client import client_socket, reachable_endpoint
-from bench import attack as A
-from bench.procs import children_of, rss_mb
-from bench.soak import TAG_STEPS, TAG_X
-from bench.waits import wait_for
 from learner.checkpoint import TMP_PREFIX, CheckpointError, find_checkpoint
 from shared import tempdirs
 from shared.protocol import WEIGHTS, decode_header, encode_chunk
+from tests.hostile import attack as A
 from tests.hostile.fault_proxy import PortFollower
 from tests.hostile.netns import HostNet, unavailable
+from tests.hostile.procs import children_of, rss_mb
 from tests.hostile.remote_cluster import RECLAIMED, Cluster, RemoteTagged, zmq_context_in
+from tests.hostile.soak import TAG_STEPS, TAG_X
+from tests.hostile.waits import wait_for
 from tests.support.cluster import ROOT, head_env, kill_tree
 
 HEAD_TIMEOUT_S = 8.0  # transport.head_timeout_s
@@ -173,7 +173,7 @@ def schedule(seed: int, hosts: int):
 
 # ---------------------------------------------------------------------------- the tagged collector
 class StampedFake(A.FakeCollector):
-    """bench/attack.py's registered collector whose chunks carry the newest weight version it has loaded."""
+    """tests/hostile/attack.py's registered collector whose chunks carry the newest weight version it has loaded."""
 
     weight_version = 0
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.procs import children_of  # noqa: F401 - the tests import it from here
 from evaluate import plots as evaluate_plots
+from tests.hostile.procs import children_of  # noqa: F401 - the tests import it from here
 from tests.support.waits import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

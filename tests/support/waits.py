@@ -1,10 +1,10 @@
-"""The tests' waits: `wait_for` (bench/waits.py) and `wait_until`, which raises naming what it waited for."""
+"""The tests' waits: `wait_for` (tests/hostile/waits.py) and `wait_until`, which raises naming what it waited for."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.waits import wait_for
+from tests.hostile.waits import wait_for
 
 __all__ = ["wait_for", "wait_until"]
 

@@ -4,8 +4,8 @@
 the same way: raw package env steps/s with action repeat vs the project's fused env, N processes
 in parallel. Usage:
 
-    .venv/bin/python -m bench.env_ceiling --collectors 1 2 --seconds 8
-    .venv-py313/bin/python -m bench.env_ceiling --collectors 1 2 --seconds 8
+    .venv/bin/python -m experiments.env_ceiling --collectors 1 2 --seconds 8
+    .venv-py313/bin/python -m experiments.env_ceiling --collectors 1 2 --seconds 8
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from shared.config import EnvConfig  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.env_ceiling", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.env_ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="SuperMarioBros-1-1-v0")
     parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--envs-per-collector", type=int, default=8)

@@ -4,7 +4,7 @@ Each attack is a function returning a dict of what it sent and what came back, s
 tests/test_adversarial.py imports them, and a person can replay any of them by hand:
 
     make run ARGS="--env CartPole-v1 --port 5555"                       # one terminal
-    python -m bench.attack --connect tcp://127.0.0.1:5555 --attack nan
+    python -m tests.hostile.attack --connect tcp://127.0.0.1:5555 --attack nan
 
 then read the head's `[PROCESSOR] ... Drops: N` line and head.log ("rejected message: <reason>").
 
@@ -673,7 +673,7 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m tests.hostile.attack", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--connect", required=True, help="the head's control endpoint, e.g. tcp://127.0.0.1:5555")

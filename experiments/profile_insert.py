@@ -1,6 +1,6 @@
 """Where a batched replay insert spends its time: wall time per batch of chunks, by phase.
 
-    python -m bench.profile_insert [--batches 200] [--batch-chunks 64]
+    python -m experiments.profile_insert [--batches 200] [--batch-chunks 64]
 
 Writes the replay bench's chunks (bench/replay_bench.py: 128 transitions, 84x84 uint8 frames) into a
 100k-slot prioritized buffer through `ReplayBuffer.add_chunks`, as the consolidation thread does,
@@ -36,7 +36,7 @@ PHASES = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_insert", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.profile_insert", description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--batch-chunks", type=int, default=INSERT_BATCH, help="chunks per add_chunks call")
     args = p.parse_args(argv)

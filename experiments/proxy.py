@@ -5,8 +5,8 @@ plays the final checkpoint for 10 episodes at epsilon 0.05 (`python -m evaluate`
 RUN_DIR/final_eval/. The head's periodic evaluations (every logging.eval_every_s) are in
 RUN_DIR/evals.jsonl. Any other launcher option (--profile, --env, --collectors, ...) is passed on.
 
-    python -m bench.proxy RUN_DIR --seed SEED --seconds SECONDS [--set section.field=value ...]
-    python -m bench.proxy runs/lever-stream-s0 --seed 0 --seconds 1800 --set collectors.eps_per=stream
+    python -m experiments.proxy RUN_DIR --seed SEED --seconds SECONDS [--set section.field=value ...]
+    python -m experiments.proxy runs/lever-stream-s0 --seed 0 --seconds 1800 --set collectors.eps_per=stream
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def commands(run_dir: str, seed: int, seconds: float, launcher_args: list[str]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.proxy", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m experiments.proxy", description=__doc__.splitlines()[0],
                                  epilog="Other options are passed to `python -m launcher`.")
     ap.add_argument("run_dir", help="where the run (and final_eval/) goes")
     ap.add_argument("--seed", type=int, required=True)

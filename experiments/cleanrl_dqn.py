@@ -1,6 +1,6 @@
 """Single-process reference DQN for CartPole: our own re-implementation of CleanRL's `dqn.py` defaults.
 
-Why it exists: the CartPole evidence (`python -m bench.cartpole_race`) compares the distributed system
+Why it exists: the CartPole evidence (`python -m experiments.cartpole_race`) compares the distributed system
 against the plain DQN most people know. This module re-implements CleanRL's `dqn.py` behaviour (not its code) with its default
 hyperparameters, on one torch thread, and reports when the mean return of the last 20 episodes first
 reaches 475, as one JSON object on stdout.
@@ -10,7 +10,7 @@ buffer_size 10000, gamma 0.99, tau 1.0, target_network_frequency 500, batch_size
 end_e 0.05, exploration_fraction 0.5, learning_starts 10000, train_frequency 10; Q-network MLP
 obs-120-84-actions with ReLU; MSE loss on r + gamma * max_a Q_target(s', a) * (1 - terminated); Adam.
 
-Usage: python -m bench.cleanrl_dqn --seed 1 [--total-timesteps 500000] [--stop-on-solve]
+Usage: python -m experiments.cleanrl_dqn --seed 1 [--total-timesteps 500000] [--stop-on-solve]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def run(args: DqnArgs, stop_on_solve: bool = False, started: float | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.cleanrl_dqn", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.cleanrl_dqn", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=DqnArgs.seed)
     parser.add_argument("--total-timesteps", type=int, default=DqnArgs.total_timesteps)
     parser.add_argument("--stop-on-solve", action="store_true", help="stop at the first mean-20 >= 475")

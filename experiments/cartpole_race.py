@@ -7,7 +7,7 @@ episodes is >= 475. The system is the real head (`python -m launcher --env CartP
 ZeroMQ, prioritized replay, learner) with the out-of-the-box CartPole preset of config_optimized.py.
 The head stops itself once solved (`--target-return 475`); we read its metrics.jsonl.
 
-Usage: python -m bench.cartpole_race --seeds 1 2 3 [--system-only] [--set section.field=value ...]
+Usage: python -m experiments.cartpole_race --seeds 1 2 3 [--system-only] [--set section.field=value ...]
 Prints one JSON line per run and a JSON summary at the end.
 """
 
@@ -109,9 +109,9 @@ def run_system(seed: int, overrides: list[str] | None = None, max_env_steps: int
 
 
 def run_reference(seed: int, total_timesteps: int = 500_000) -> dict[str, Any]:
-    """Run bench/cleanrl_dqn.py in its own process, stopping at its first mean-20 >= 475."""
+    """Run experiments/cleanrl_dqn.py in its own process, stopping at its first mean-20 >= 475."""
     launched = time.time()
-    out = subprocess.run([sys.executable, "-m", "bench.cleanrl_dqn", "--seed", str(seed),
+    out = subprocess.run([sys.executable, "-m", "experiments.cleanrl_dqn", "--seed", str(seed),
                           "--total-timesteps", str(total_timesteps), "--stop-on-solve",
                           "--process-start", repr(launched)],
                          env=_env(), capture_output=True, text=True, check=True)
@@ -121,7 +121,7 @@ def run_reference(seed: int, total_timesteps: int = 500_000) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.cartpole_race", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.cartpole_race", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="extra override for the system (defaults: config_optimized.py CARTPOLE_PRESET)")

@@ -1,14 +1,14 @@
 """Fault soak: a real head trained for a set time while its collectors, its peers, its disk and the head itself fail.
 
-    python -m bench.soak --minutes 5            # make soak SOAK_MINUTES=5
-    python -m bench.soak --minutes 60 --json soak.json
+    python -m tests.hostile.soak --minutes 5            # make soak SOAK_MINUTES=5
+    python -m tests.hostile.soak --minutes 60 --json soak.json
 
 The run is a chain of segments, each one `python -m launcher` process (CartPole-v1 by default, two local
 collectors, port 0, its own TMPDIR), the first starting fresh and each later one resuming the run dir.
 While a segment runs, a fault every 1.5-4 s, at random (seeded): kill -9 of a collector, SIGSTOP of a
 collector for 1-8 s (past the stall timeout of 5 s it is killed as stalled and replaced), poisoned chunks
 (NaN, 3e38 observations, a 3.4e38 reward), HELLOs nested too deep, foreign peers on a registration's data
-socket (bench/attack.py), and the abrupt loss of the soak's own tagged collector's connection (what it had
+socket (tests/hostile/attack.py), and the abrupt loss of the soak's own tagged collector's connection (what it had
 in flight may be lost, never written twice). A segment ends in one of three ways:
 
 - clean: SIGTERM, exit 0, a final checkpoint;
@@ -60,14 +60,14 @@ from typing import Any
 import numpy as np
 import zmq
 
-from bench import attack as A
-from bench.procs import children_of, rss_mb
-from bench.waits import wait_for
 from shared import tempdirs
 from shared.chunk import FLAG_FIRST, FLAG_TERMINATED, NO_ACTION, TransitionChunk
 from shared.protocol import CREDIT, decode_header
+from tests.hostile import attack as A
+from tests.hostile.procs import children_of, rss_mb
+from tests.hostile.waits import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TAG_X = 7.75  # observation[0] of the tagged collector's frames: CartPole's cart position ends at |x| = 2.4
 TAG_STEPS = 16  # a tagged chunk: one complete 16-step episode, 17 frames
 STALL_TIMEOUT_S = 5.0
@@ -554,7 +554,7 @@ def _segment_json(s: Segment) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.hostile.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=5.0, help="how long the soak runs (wall time)")
     p.add_argument("--seed", type=int, default=1, help="seeds the fault schedule and the head")
     p.add_argument("--env", default="CartPole-v1", help="a vector env the chunk attacks fit (4 float observations)")

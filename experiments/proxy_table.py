@@ -1,4 +1,4 @@
-"""Compare proxy runs per env step: one row per run, from the files `python -m bench.proxy` leaves.
+"""Compare proxy runs per env step: one row per run, from the files `python -m experiments.proxy` leaves.
 
 Learning per env step does not depend on how fast the steps came, so runs made on a shared or
 drifting machine compare here where their minutes would not. Per run: env steps, updates and
@@ -7,7 +7,7 @@ updates per env step at the end; the least-exploring slot's mean x_pos over its 
 final evaluation (`RUN/final_eval/eval.json`: 10 episodes at epsilon 0.05; `RUN/final_eval.json`, the
 same file, in the copies kept under docs/).
 
-    python -m bench.proxy_table runs/scale/a-s0 runs/scale/u-s0 [--labels a u] [--milestones 50000,100000]
+    python -m experiments.proxy_table runs/scale/a-s0 runs/scale/u-s0 [--labels a u] [--milestones 50000,100000]
         [--json OUT.json]
 
 Prints a Markdown table; --json writes the rows (and the command) for results/bench/.
@@ -102,8 +102,8 @@ def markdown(rows: list[dict[str, Any]], milestones: tuple[int, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.proxy_table", description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="run directories made by python -m bench.proxy")
+    ap = argparse.ArgumentParser(prog="python -m experiments.proxy_table", description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="run directories made by python -m experiments.proxy")
     ap.add_argument("--labels", nargs="+", default=None, help="one label per run (default: the dir names)")
     ap.add_argument("--milestones", default=",".join(str(m) for m in DEFAULT_MILESTONES),
                     help="env-step milestones, comma-separated")
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(markdown(rows, milestones))
     if args.json:
-        cmd = "python -m bench.proxy_table " + shlex.join(sys.argv[1:] if argv is None else argv)
+        cmd = "python -m experiments.proxy_table " + shlex.join(sys.argv[1:] if argv is None else argv)
         Path(args.json).write_text(json.dumps({"command": cmd, "runs": rows}, indent=2) + "\n")
     return 0
 

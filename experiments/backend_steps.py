@@ -4,7 +4,7 @@ Interleaved blocks in one process (nes-py, retro, retro with K envs time-sharing
 drift on a shared machine hits every side alike; reports min / median / max of the per-block cost per env
 step (process CPU time, so the figures hold on a loaded box as long as this process gets a core).
 
-    .venv/bin/python -m bench.backend_steps --blocks 9 --steps 200
+    .venv/bin/python -m experiments.backend_steps --blocks 9 --steps 200
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def measure(env_config: EnvConfig, blocks: int, steps: int, shared_k: int) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.backend_steps", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.backend_steps", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="SuperMarioBros-1-1-v0")
     parser.add_argument("--blocks", type=int, default=9)
     parser.add_argument("--steps", type=int, default=200, help="env steps per env per block")

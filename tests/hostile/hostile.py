@@ -1,7 +1,7 @@
-"""Collection throughput of a live CartPole head while a hostile peer attacks it (bench/attack.py).
+"""Collection throughput of a live CartPole head while a hostile peer attacks it (tests/hostile/attack.py).
 
-    python -m bench.hostile xpub --windows 4 --window-s 20 [--distinct-topics]
-    python -m bench.hostile tcp-burst --nofile 512 --count 1500 --window-s 20
+    python -m tests.hostile.hostile xpub --windows 4 --window-s 20 [--distinct-topics]
+    python -m tests.hostile.hostile tcp-burst --nofile 512 --count 1500 --window-s 20
 
 `xpub`: quiet windows and xpub-spam windows, interleaved (the machine may be shared: compare within one
 run). `tcp-burst`: a window before, one while `--count` idle TCP connections to the control port are held
@@ -30,11 +30,11 @@ from typing import Any
 
 import zmq
 
-from bench import attack as A
 from bench.cpu_time import process_cpu_s
-from bench.procs import rss_mb
+from tests.hostile import attack as A
+from tests.hostile.procs import rss_mb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAD_ARGS = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
              "--set", "collectors.envs_per_collector=4"]
 
@@ -122,7 +122,7 @@ def running(pid: int) -> bool:
 
 def window(head: Head, seconds: float, attack: list[str] | None = None, connections: int = 0,
            during=None) -> dict[str, Any]:
-    """One window: the head's rate, CPU and descriptors over `seconds`, with `attack` (bench.attack arguments)
+    """One window: the head's rate, CPU and descriptors over `seconds`, with `attack` (tests.hostile.attack arguments)
     running under nice -n 19 meanwhile; it starts once the head holds `connections` more descriptors (the
     attacker is connected; its start-up is not measured). `during(result)` runs once, a third of the way in."""
     if head.proc.poll() is not None:
@@ -130,7 +130,7 @@ def window(head: Head, seconds: float, attack: list[str] | None = None, connecti
     proc = None
     if attack is not None:
         base = fds(head.pid)
-        proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "bench.attack",
+        proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "tests.hostile.attack",
                                  "--connect", head.endpoints["control"], *attack], cwd=ROOT, env=env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -216,7 +216,7 @@ def run_burst(head: Head, count: int, seconds: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m tests.hostile.hostile", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("mode", choices=["xpub", "tcp-burst"])

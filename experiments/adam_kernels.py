@@ -6,7 +6,7 @@ machine whose speed drifts affects both alike. foreach makes one pass over memor
 of Adam's update (about ten); fused makes one pass per parameter tensor. `learner/dqn.py` picks fused
 on CPU and CUDA from this comparison.
 
-    python -m bench.adam_kernels [--threads 1] [--rounds 8] [--steps 50] [--out FILE]
+    python -m experiments.adam_kernels [--threads 1] [--rounds 8] [--steps 50] [--out FILE]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def measure(threads: int, rounds: int, steps: int, warmup: int = 3) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.adam_kernels", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.adam_kernels", description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     ap.add_argument("--steps", type=int, default=50, help="timed steps per kernel and round (default 50)")

@@ -15,7 +15,7 @@ Variants are interleaved within each repeat (their order rotating from repeat to
 figures taken side by side; each figure is the median, min and max over the repeats, and each ratio is the
 median of the per-repeat ratios to the base measured in the same round.
 
-    python -m bench.learner_options --variant noisy:learner.noisy_sigma=0.5 [--variant NAME:ASSIGNMENTS ...]
+    python -m experiments.learner_options --variant noisy:learner.noisy_sigma=0.5 [--variant NAME:ASSIGNMENTS ...]
                                     [--repeats 5] [--seconds 4] [--precision fp32] [--threads 1] [--out FILE]
 """
 
@@ -134,7 +134,7 @@ def run_options_bench(variants: list[tuple[str, tuple[str, ...]]], repeats: int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.learner_options",
+    parser = argparse.ArgumentParser(prog="python -m experiments.learner_options",
                                      description="Per-update and per-collector-step cost of learner options "
                                                  "against the Mario recipe (JSON on stdout)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:ASSIGNMENTS",

@@ -11,7 +11,7 @@ Per encoder variant (nature; impala at each width) and precision:
 Variants are interleaved within each repeat (their order rotating from repeat to repeat), so a ratio compares
 figures taken side by side; each figure is reported as the median, min and max over the repeats.
 
-    python -m bench.learner_encoder [--repeats 5] [--seconds 4] [--batch 32] [--widths 1,2]
+    python -m experiments.learner_encoder [--repeats 5] [--seconds 4] [--batch 32] [--widths 1,2]
                                     [--precisions fp32,bf16] [--envs 8] [--out FILE]
 """
 
@@ -125,7 +125,7 @@ def run_encoder_bench(repeats: int = 3, seconds: float = 3.0, batch: int = 32, w
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.learner_encoder",
+    parser = argparse.ArgumentParser(prog="python -m experiments.learner_encoder",
                                      description="Learner and collector cost of each image encoder (JSON on stdout)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per learner measurement "
