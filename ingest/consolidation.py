@@ -44,6 +44,7 @@ from ingest.consolidation_types import (
     Registrations,
     ReplaySink,
 )
+from ingest.memory_guard import POLL_MS
 from ingest.peers import CollectorState, Verdict, episode_bounds_ok, fair_next
 from replay.rate_limiter import InsertGate
 from shared.chunk import TransitionChunk
@@ -189,6 +190,8 @@ class ConsolidationThread(threading.Thread):
                 state.polled = readable
         parked = any(s.pending for s in self.collectors.values())
         timeout = (0 if self.gate.may_insert() else 10) if parked else 100  # 10 ms: re-check a shut gate soon
+        if self.registrations.memory is not None:  # an unfinished message wakes no poll: look at memory anyway
+            timeout = min(timeout, POLL_MS)
         events = dict(poller.poll(timeout))
         read = 0
         if self.registrations.control in events:

@@ -7,7 +7,8 @@ on its data endpoint. No socket option bounds that; closing the connection drops
 
 `MemoryGuard` is that one rule: the process's resident memory, read at most every `every_s`; above `limit` the
 consolidation thread closes every TCP connection of the head's endpoints (collectors reconnect and register again,
-as after a network fault) and hands the freed memory back to the OS. A shed that frees less than a quarter of the
+as after a network fault) and hands the freed memory back to the OS. The loop turns at least every POLL_MS while
+the guard is on, so memory passes the limit by at most what loopback delivers in that time (~100 MB). A shed that frees less than a quarter of the
 excess was not ingress (the head itself grew): the limit moves up to the new level plus the margin, once, with a
 warning, so a slow growth of the head's own never turns into a loop of sheds.
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+POLL_MS = 20  # the longest the consolidation loop waits for a socket while a guard watches: ~50 reads a second
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -62,6 +64,7 @@ class MemoryGuard:
         self._read = read
         self._next = 0.0
         self._shed_at: int | None = None  # resident bytes when the last shed happened, until it is judged
+        self._judge_at = 0.0
         self.sheds = 0
         self.raises = 0
 
@@ -76,14 +79,14 @@ class MemoryGuard:
         return cls(now + max(0, int(expected)) + int(margin), int(margin), read=read, **kw)
 
     def due(self, now: float) -> int | None:
-        """Resident bytes when they are above the limit and a shed is due (at most one per quiet_s), else None."""
+        """Resident bytes when they are above the limit and a shed is due, else None. While the last shed's connections
+        are being freed (quiet_s) only a growth past where it happened is due: a new peer, not the old one's memory."""
         if now < self._next:
             return None
         self._next = now + self.every_s
-        if self._shed_at is not None:  # the last shed's outcome, quiet_s after it: libzmq's I/O thread freed the
-            self._trim()  # closed connections' messages by now
-        rss = self._read()
-        if self._shed_at is not None:
+        if self._shed_at is not None and now >= self._judge_at:  # the last shed's outcome: libzmq's I/O thread freed
+            self._trim()  # the closed connections' messages by now
+            rss = self._read()
             freed, excess = self._shed_at - rss, self._shed_at - self.limit
             self._shed_at = None
             if rss > self.limit and freed < excess / 4:
@@ -93,9 +96,10 @@ class MemoryGuard:
                             "connection: the head itself grew; the limit is now %d MiB", rss >> 20, old >> 20,
                             self.limit >> 20)
                 return None
-        if rss <= self.limit:
+        else:
+            rss = self._read()
+        if rss <= self.limit or (self._shed_at is not None and rss <= self._shed_at):
             return None
         self.sheds += 1
-        self._shed_at = rss
-        self._next = now + self.quiet_s
+        self._shed_at, self._judge_at = rss, now + self.quiet_s
         return rss

@@ -47,9 +47,12 @@ pytestmark = pytest.mark.slow
 
 
 RSS_BOUND_MB = 100
+# head A's ingress limit: a margin far above what the other attacks may cost (RSS_BOUND_MB) and small enough
+# that the endless message passes it in a second of loopback
+MEMORY_MARGIN_MB = 256
 CARTPOLE = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
             "--set", "collectors.envs_per_collector=4", "--set", "transport.head_timeout_s=10",
-            "--set", "learner.save_replay=true"]
+            "--set", "learner.save_replay=true", "--set", f"transport.memory_margin_mb={MEMORY_MARGIN_MB}"]
 
 
 # ---------------------------------------------------------------------------- the live head
@@ -194,6 +197,16 @@ class LiveHead:
         if was_alive:
             for d in self.ipc_dirs:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+def tcp_accepts(endpoint: str) -> bool:
+    """Whether a TCP connection to `endpoint` (tcp://host:port) is accepted now."""
+    parts = urlsplit(endpoint)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 def ipc_dirs_of(pid: int) -> set[str]:
@@ -397,6 +410,48 @@ def test_oversize_frames_are_dropped_without_allocation(head_a):
     h.assert_progress(row)
     h.report["oversize_plain"] = {"rss_mb": (round(rss0), round(rss1)),
                                   "outcomes": [(r["junk_sent"], r["outcome"]) for r in results]}
+
+
+def test_an_endless_multipart_message_is_shed_at_the_memory_limit(head_a):
+    """Before registration (the control port) and after (a data endpoint), a raw ZMTP peer sends 32 KiB frames with
+    MORE set and never a last one, up to 2 GiB: each frame is under MAXMSGSIZE, so only the head's memory guard
+    bounds it. The connection is closed by the head well before 2 GiB, the head's memory passes its start by at
+    most the margin and a sampling period's worth, what it held is freed, and training goes on."""
+    h = head_a
+    row = h.settled()
+    fake = A.FakeCollector(h.ctx, h.connect)
+    fake.heartbeat()
+    rss0 = h.rss_mb()
+    peak = [rss0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], h.rss_mb())
+            done.wait(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        results = [A.endless_multipart(h.connect)]
+        # the shed closed every endpoint's connections, the fake's too: it is bound again on its port by the next turns
+        assert wait_for(lambda: tcp_accepts(fake.endpoint), 30), fake.endpoint
+        results.append(A.endless_multipart(fake.endpoint))
+    finally:
+        done.set()
+        watcher.join()
+    fake.close()
+    for r in results:
+        assert r["outcome"].startswith("closed by the head") and r["sent"] < 1 << 30, r
+    # the limit is the head's memory at start plus its replay's full size plus the margin: far below what the
+    # peers sent (4 GiB offered), above what this head holds now by less than the replay (2k CartPole slots)
+    assert peak[0] - rss0 < MEMORY_MARGIN_MB + 2 * RSS_BOUND_MB, (rss0, peak[0], results)
+    assert wait_for(lambda: h.rss_mb() - rss0 < RSS_BOUND_MB, 30), (rss0, h.rss_mb())  # freed, back to the OS
+    assert "above the ingress limit" in h.log()
+    h.assert_progress(row)
+    h.wait_rejected(row["rejected"])  # a closed connection is not a message: nothing counted
+    h.report["endless_multipart"] = {"rss_mb": (round(rss0), round(peak[0]), round(h.rss_mb())),
+                                     "sent_mb": [r["sent"] >> 20 for r in results]}
 
 
 def test_xpub_spam_does_not_stop_heartbeats_or_weights(head_a):

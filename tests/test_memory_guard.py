@@ -33,15 +33,17 @@ def test_below_the_limit_nothing_is_due_and_reads_are_paced() -> None:
     assert g.due(0.1) == 200 * MIB and g.sheds == 1
 
 
-def test_one_shed_per_quiet_period_and_freed_memory_keeps_the_limit() -> None:
+def test_a_shed_is_judged_after_the_quiet_period_and_freed_memory_keeps_the_limit() -> None:
     mem = Memory(150 * MIB)
     g = guard(mem)
     assert g.due(0.0) == 150 * MIB
     assert g.due(1.0) is None  # quiet_s after a shed: the closed connections are still being freed
+    mem.rss = 170 * MIB  # ... but memory grows past where the shed happened: another peer, shed at once
+    assert g.due(1.1) == 170 * MIB and g.sheds == 2
     mem.rss = 95 * MIB  # the unfinished messages went with their connections
-    assert g.due(2.0) is None and mem.trims == 1 and g.limit == 100 * MIB and g.raises == 0
+    assert g.due(3.1) is None and mem.trims == 1 and g.limit == 100 * MIB and g.raises == 0
     mem.rss = 160 * MIB  # the next peer: shed again, at the same limit
-    assert g.due(2.1) == 160 * MIB and g.sheds == 2
+    assert g.due(3.2) == 160 * MIB and g.sheds == 3
 
 
 def test_a_shed_that_frees_nothing_raises_the_limit_once_instead_of_looping() -> None:

@@ -18,6 +18,10 @@ Attacks (--count sets how many messages; the head's reason for each is in parent
                   WELCOMEs carrying "refused" (too_many_collectors); silent ones are reclaimed later
   oversize        raw TCP to the control port and to a data endpoint: a ZMTP greeting, READY and a frame
                   declaring 4 GiB, then junk (ZeroMQ drops the connection: nothing is counted, nothing allocated)
+  endless-multipart  raw TCP to the control port and to a data endpoint: a ZMTP greeting, READY, then 32 KiB
+                  frames with MORE set and never a last one, up to 2 GiB each: every frame is under MAXMSGSIZE,
+                  and libzmq holds an unfinished message whole; the head closes the connection once its memory
+                  passes its ingress limit (transport.memory_margin_mb)
   second-peer     a registered fake owner; two other peers on its data endpoint send HEARTBEAT with seq 2**64-1
                   (foreign_peer); a passive one must never see a CREDIT; the owner's chunks are still credited
   xpub-spam       (un)subscriptions to the weights port as fast as possible for --seconds (with
@@ -82,7 +86,7 @@ from shared.protocol import (
 )
 
 CHUNK_ATTACKS = {"nan": "nonfinite_obs", "huge": "obs_out_of_range", "reward": "reward_out_of_range"}
-ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "xpub-spam", "forged-summary", "hello-flood",
+ATTACKS = (*CHUNK_ATTACKS, "deep-json", "second-peer", "oversize", "endless-multipart", "xpub-spam", "forged-summary", "hello-flood",
            "summary-flood", "forged-episodes", "replayed-hello", "tcp-burst")
 SEQ_MAX = 2**64 - 1
 
@@ -386,6 +390,30 @@ def oversize(endpoint: str, declare: int = 4 << 30, junk_bytes: int = 64 << 20, 
             "frames": frames, "junk_sent": sent, "outcome": outcome, "seconds": round(time.monotonic() - t0, 2)}
 
 
+def endless_multipart(endpoint: str, frame_bytes: int = 32 << 10, total_bytes: int = 2 << 30,
+                      timeout_s: float = 10.0) -> dict[str, Any]:
+    """A raw TCP peer that sends one message whose frames never end: `frame_bytes` frames with MORE set (each under
+    the endpoint's MAXMSGSIZE) until `total_bytes` went out, the head closed the connection, or a send stalled for
+    `timeout_s`. libzmq keeps an unfinished message whole until its last frame: only closing the connection frees
+    it."""
+    sent = 0
+    outcome = "sent everything"
+    t0 = time.monotonic()
+    frame = bytes([0x03]) + struct.pack(">Q", frame_bytes) + b"\x5a" * frame_bytes  # MORE | LONG
+    block = frame * max(1, (1 << 20) // len(frame))
+    try:
+        with zmtp_connect(endpoint, timeout_s=timeout_s) as s:
+            while sent < total_bytes:
+                s.sendall(block)
+                sent += len(block)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        outcome = f"closed by the head ({type(exc).__name__})"
+    except TimeoutError:
+        outcome = "the head stopped reading (send timed out)"
+    return {"attack": "endless-multipart", "endpoint": endpoint, "frame_bytes": frame_bytes, "sent": sent,
+            "outcome": outcome, "seconds": round(time.monotonic() - t0, 2)}
+
+
 def second_peer(ctx: zmq.Context, connect: str, curve=None, owner_chunks: int = 3, poll_s: float = 2.0,
                 credit_timeout_s: float = 30.0) -> dict[str, Any]:
     """A fake owner registers; an anonymous DEALER and one with a wrong routing id send HEARTBEAT seq 2**64-1
@@ -652,6 +680,15 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
             except Refused as exc:
                 results.append({"attack": "oversize", "skipped": f"no data endpoint: {exc}"})
             return {"attack": "oversize", "results": results}
+        if name == "endless-multipart":
+            results = [endless_multipart(connect)]
+            try:
+                fake = FakeCollector(ctx, connect, curve)
+                fake.close()
+                results.append(endless_multipart(fake.endpoint))
+            except Refused as exc:
+                results.append({"attack": "endless-multipart", "skipped": f"no data endpoint: {exc}"})
+            return {"attack": "endless-multipart", "results": results}
         if name == "second-peer":
             return second_peer(ctx, connect, curve)
         if name == "xpub-spam":
