@@ -6,7 +6,8 @@ bench process and every process below it (collectors, workers, the scale simulat
 `tree_cpu()` snapshots them all, `cpu_between()` subtracts two snapshots per process. A process
 that started between the snapshots counts in full; one that exited is lost (the timed windows
 are steady state: nobody starts or exits inside them). Threads' time is in their process's
-utime/stime; `thread_cpu_s` reads one thread (the head's consolidation thread).
+utime/stime; `thread_cpu_s` reads one thread (the head's consolidation thread), `named_threads_cpu_s` the
+threads of one name (ZeroMQ's I/O threads).
 """
 
 from __future__ import annotations
@@ -47,6 +48,25 @@ def thread_cpu_s(tid: int, pid: int | None = None) -> float | None:
     """user + sys seconds of one thread (threading.get_native_id()) of `pid` (default: this process)."""
     fields = _stat_fields(_PROC / str(pid or os.getpid()) / "task" / str(tid) / "stat")
     return None if fields is None else _cpu_s(fields)
+
+
+def named_threads_cpu_s(prefix: str, pid: int | None = None) -> float | None:
+    """user + sys seconds of the threads of `pid` (default: this process) whose name (comm) starts with `prefix`,
+    those that exited uncounted; None where /proc has no such process."""
+    task = _PROC / str(pid or os.getpid()) / "task"
+    try:
+        tids = [t.name for t in task.iterdir()]
+    except OSError:
+        return None
+    total = 0.0
+    for tid in tids:
+        try:
+            name = (task / tid / "comm").read_text().rstrip("\n")
+        except OSError:
+            continue
+        fields = _stat_fields(task / tid / "stat") if name.startswith(prefix) else None
+        total += _cpu_s(fields) if fields is not None else 0.0
+    return total
 
 
 def descendants(root: int) -> list[int]:

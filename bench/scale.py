@@ -64,7 +64,8 @@ KEEP_UP_FRAC = 0.95  # a row keeps up when it ingests this share of what was off
 
 # ---------------------------------------------------------------------- our head
 def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any, stop_evt: Any) -> None:
-    """The head's data plane (registration, consolidation, replay, weights heartbeat) and a consumer."""
+    """The head's data plane (registration, consolidation, replay, weights heartbeat) and a consumer, on
+    transport.bind (loopback) with CURVE when transport.curve_keys_dir names keys."""
     try:
         import torch
         import zmq
@@ -76,11 +77,14 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         from learner.broadcast import WeightPublisher
         from replay.buffer import ReplayBuffer
         from shared.config import Config
+        from shared.keys import load_server
         from shared.protocol import ObsSpec
         from shared.tempdirs import owned_tempdir
 
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
+        t = cfg.transport  # bind (loopback unless given) and CURVE keys (none unless given), as the real head's
+        curve = load_server(t.curve_keys_dir) if t.curve_keys_dir else None
         env = env_spec(cfg.env)
         replay = ReplayBuffer.build(cfg.replay, env, torch.device("cpu"))
         chunks, _ = load_chunks()
@@ -91,11 +95,11 @@ def _our_head(cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any, result_q: Any,
         ctx = zmq.Context()
         ctx.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
         ipc_dir = owned_tempdir()  # named after this process: removed by the next head if this bench is killed
-        publisher = WeightPublisher([f"ipc://{ipc_dir}/weights.ipc", "tcp://127.0.0.1:0"], context=ctx,
-                                    heartbeat_s=cfg.collectors.heartbeat_s)
+        publisher = WeightPublisher([f"ipc://{ipc_dir}/weights.ipc", f"tcp://{t.bind}:0"], context=ctx,
+                                    heartbeat_s=cfg.collectors.heartbeat_s, curve=curve)
         registrar = Registrar(spec, {"local": publisher.endpoints[0], "remote": publisher.endpoints[1]}, ctx,
                               transport=cfg.transport, collectors=cfg.collectors, replay=cfg.replay,
-                              welcome_config=cfg.to_dict(), control_endpoint="tcp://127.0.0.1:0",
+                              welcome_config=cfg.to_dict(), control_endpoint=f"tcp://{t.bind}:0",
                               num_collectors=CAPACITY_COLLECTORS)
         consolidation = ConsolidationThread(replay, spec, registrar, transport=cfg.transport,
                                             collectors=cfg.collectors, episode_window=cfg.logging.episode_window,
@@ -158,11 +162,14 @@ def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any,
         from bench.recorded import load_chunks
         from envs.factory import env_spec
         from shared.config import Config
+        from shared.keys import load_client
         from shared.network import build_q_network
         from shared.protocol import BYE, encode_simple, send_parts
 
         torch.set_num_threads(1)
         cfg = Config.from_dict(cfg_dict)
+        keys = cfg.transport.curve_keys_dir  # the head's keys: its collectors' shared pair (shared/keys.py)
+        curve = load_client(keys) if keys else None
         spec = env_spec(cfg.env)
         template = build_q_network(spec.obs_shape, spec.stack, spec.num_actions, cfg.learner.hidden,
                                    cfg.learner.dueling).state_dict()
@@ -173,8 +180,8 @@ def _our_senders(index: int, cfg_dict: dict[str, Any], cmd_q: Any, ready_q: Any,
             _, endpoint, k, rate, start_at, seconds = command
             links = []
             for _ in range(k):
-                welcome = register(ctx, endpoint, slot=-1, timeout_s=30.0, envs=1)
-                links.append(HeadLink(ctx, welcome, template))
+                welcome = register(ctx, endpoint, slot=-1, curve=curve, timeout_s=30.0, envs=1)
+                links.append(HeadLink(ctx, welcome, template, curve=curve))
             result_q.put({"index": index, "registered": k})
             sent = [0] * k
             blocked = 0
@@ -275,6 +282,7 @@ def _row(head: WorkerGroup, senders: WorkerGroup, endpoint: str | None, n: int, 
         "behind_frac": (1.0 - res["ingested_tps"] / offered) if offered else None,
         "keeps_up": (res["ingested_tps"] >= KEEP_UP_FRAC * offered) if offered else None,
         "sender_held_back": sum(s["held_back"] for s in sent),
+        "sender_sent_transitions": sum(s["sent_transitions"] for s in sent),
         "sender_processes": len(active),
     }
 

@@ -13,6 +13,10 @@ up again: established connections survive a short partition, as on a real networ
 machine lost without a goodbye (its link deleted, its processes killed, its namespace deleted) and
 `restore_host(i)` a fresh, empty one in its place, behind the same router.
 
+`HostNet(n, forward=True)` builds the same network with plain routers instead: each forwards its host's packets to
+the head and back (the root namespace routes host i's lan through uplink i), no proxy is needed on the path and
+the head sees the host's own address; for measuring what the network costs rather than injecting faults into it.
+
 Names start with `hx<pid>` and addresses come from a 10.x.y.0/24 chosen from the pid, so parallel runs do not
 clash. Everything made is removed on exit (`close`): processes started in the namespaces (`popen`) and adopted
 ones (`adopt`), the namespaces, the links. A guardian process does the same when the harness process dies
@@ -194,17 +198,18 @@ class Host:
     ns: str
     router: str
     lan: str
-    address: str  # the host's own address, as the head sees it through the router: the router's uplink address
+    address: str  # the host's address as the head sees it through the router's proxy: the router's uplink address
     uplink: str  # the root end of the router's uplink
 
 
 class HostNet:
     """n collector hosts behind a router each, reaching the head at `head_ip` in the root namespace."""
 
-    def __init__(self, hosts: int) -> None:
+    def __init__(self, hosts: int, forward: bool = False) -> None:
         if not 1 <= hosts <= 31:
             raise ValueError(f"hosts={hosts}: allowed 1..31 (one /24, a /29 each)")
         self.count = hosts
+        self.forward = forward  # plain routers (see the module docstring); False: every connection ends at the router
         self.tag = f"{PREFIX}{os.getpid()}"
         self.hosts: list[Host] = []
         self.head_ip = ""
@@ -258,6 +263,10 @@ class HostNet:
         _ip("link", "set", "lo", "up", ns=router)
         _ip("route", "add", "default", "via", up_root, ns=router)
         _ip("route", "add", "local", "default", "dev", "lo", "table", "100", ns=router)
+        if self.forward:  # net.ipv4.ip_forward is per namespace, and 0 in a new one
+            _ip("netns", "exec", router, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+            # the way back to host i's lan (its /30 starts 4 above the uplink's); removed with the link
+            _ip("route", "add", f"{self._net}.{8 * i + 4}/30", "via", up_router, "dev", up)
 
     def _add_host(self, i: int) -> None:
         """Host i's namespace and its lan link to router i."""
@@ -271,8 +280,8 @@ class HostNet:
         _ip("link", "set", f"{h.lan}h", "up", ns=h.ns)
         _ip("link", "set", "lo", "up", ns=h.ns)
         _ip("route", "add", "default", "via", lan_router, ns=h.ns)
-        # everything the host sends is delivered to the router itself: to the proxy listening there
-        _ip("rule", "add", "iif", h.lan, "lookup", "100", "pref", "100", ns=h.router)
+        if not self.forward:  # everything the host sends is delivered to the router itself: to the proxy listening there
+            _ip("rule", "add", "iif", h.lan, "lookup", "100", "pref", "100", ns=h.router)
 
     def _subnet(self) -> str:
         """10.<160..223>.<0..255> from the pid, skipping any /24 the root namespace already has addresses in."""
