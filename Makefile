@@ -27,7 +27,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: install test test-random test-fast test-env test-experiments run bench soak soak-net eval suite lint keys clean record-golden record-scale-chunks \
+.PHONY: install test test-random test-fast test-env test-experiments run bench bench-remote soak soak-net eval suite lint keys clean record-golden record-scale-chunks \
 	wheelhouse wheelhouse-nes-py9 help
 
 install: $(STAMP)
@@ -45,6 +45,7 @@ help:
 	@echo "make suite        checkpoints x levels x evaluation seeds: CHECKPOINT=\"runs/a runs/b\" ARGS=\"--levels 1-1 --out DIR\""
 	@echo "make levels       train and ship levels until cleared: LEVELS=\"2-1 3-1\" HOURS=4 per level (docs/CHECKPOINTS.md)"
 	@echo "make bench        throughput against the emulator ceiling and the naive design (BENCHMARKS.md)"
+	@echo "make bench-remote the head's ingest from 4, 8, 16 collectors: CURVE over veth links vs loopback (root); ARGS=\"--out FILE\""
 	@echo "make soak         the fault soak, SOAK_MINUTES (60) of injected failures"
 	@echo "make soak-net     the multi-host fault soak (root: network namespaces), SOAK_NET_MINUTES (30) of network faults"
 	@echo "make keys         CURVE keys for collectors on other machines: KEYS_DIR=keys [CLIENTS=\"m1 m2\"] (docs/clusters.md)"
@@ -117,6 +118,12 @@ run: $(TRAIN_STAMP)
 
 bench: $(TRAIN_STAMP)
 	$(VPY) -m bench $(BENCH_ARGS)
+
+# The head's ingest with remote collectors (tests/hostile/remote_ingest.py): bench/scale.py's synthetic collectors
+# in network namespaces over veth links with CURVE, against loopback without it, for 4, 8 and 16 collectors;
+# transitions/s, CPU per transition, transitions/s per head core. Needs root. ARGS: --collectors, --seconds, --out.
+bench-remote: $(TRAIN_STAMP)
+	$(VPY) -m tests.hostile.remote_ingest $(ARGS)
 
 # Fault soak (tests/hostile/soak.py): a CartPole head for SOAK_MINUTES while collectors, peers, the disk and the head
 # fail; exit 1 if anything acknowledged was lost or written twice, or a check failed. JSON report: SOAK_JSON.
