@@ -72,7 +72,8 @@ class EnvConfig:
     max_episode_steps: int = 4500  # time-limit truncation (agent steps): bounds stuck episodes
     # Mario's NES emulator (envs/mario/backend.py): "nes-py" (the package's), "retro" (stable-retro's FCEUmm
     # core, ~5x cheaper per frame, the optional install), "auto" (retro where installed, else nes-py). Not the
-    # default yet: learning on retro is not yet compared with nes-py's runs
+    # default: on the 200k proxy retro learned slower per env step than nes-py at the same commit (2 + 2 seeds,
+    # docs/experiments/levers.md rows rt and np)
     backend: str = "nes-py"
     seed: int = 0  # base seed; each collector/env derives its own from it
 
