@@ -20,6 +20,7 @@ values tuned for that env, applied by `load_config` for every field the user did
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -35,7 +36,7 @@ from shared.config import (
     is_mario,
 )
 from shared.config_checks import estimate_replay_bytes
-from shared.cpu_split import CpuSplit, measured_costs, split_cpu
+from shared.cpu_split import ENV_STEP_CPU_MS, CpuSplit, measured_costs, split_cpu
 from shared.sizes import available_memory_bytes
 
 # The per-env-step rule: learning per env step follows gradient updates per env step, not the batch or the
@@ -102,7 +103,22 @@ def gpu_workstation_profile() -> Config:
     )
 
 
-def gpu_server_profile() -> Config:
+# Collectors the gpu-server profile runs at most, by Mario backend. nes-py: 30, more than the H100 box's 14 that
+# made ~1,430 env steps/s (~102 each), which the captured learner's 1,750 updates/s of batch 32 (one H200) hold at
+# 0.25 updates per env step up to 7,000 env steps/s. retro: PROJECTION, not measured on a GPU box: a collector
+# costs RETRO_COST_RATIO of nes-py's CPU per env step (shared/cpu_split.py, both on the 2-core VM), so ~102 /
+# that ratio env steps/s each; the learner's 7,000 env steps/s then take ceil(7,000 / that) collectors, and
+# more would only wait at the insert gate
+GPU_LEARNER_ENV_STEPS_PER_S = 1_750 / (RULE_SAMPLES_PER_INSERT / RULE_BATCH)
+GPU_NESPY_COLLECTOR_ENV_STEPS_PER_S = 102.0
+RETRO_COST_RATIO = ENV_STEP_CPU_MS["retro"] / ENV_STEP_CPU_MS["nes-py"]
+GPU_SERVER_MAX_COLLECTORS = {
+    "nes-py": 30,
+    "retro": math.ceil(GPU_LEARNER_ENV_STEPS_PER_S / (GPU_NESPY_COLLECTOR_ENV_STEPS_PER_S / RETRO_COST_RATIO)),
+}
+
+
+def gpu_server_profile(backend: str = "nes-py") -> Config:
     """16+ cores and an H100-class GPU: every core but two collects; the learner keeps the per-env-step rule.
 
     Measured (docs/experiments/gpu.md): 14 collectors make ~1,430 env steps/s on the H100 box, and holding 0.25 updates
@@ -117,7 +133,8 @@ def gpu_server_profile() -> Config:
     cores = os.cpu_count() or 1
     return Config(
         # two cores stay free: the learner's launch-bound main thread and the head's consolidation thread
-        collectors=CollectorConfig(count=max(1, min(30, cores - 2)), envs_per_collector=32, chunk_steps=128),
+        collectors=CollectorConfig(count=max(1, min(GPU_SERVER_MAX_COLLECTORS[backend], cores - 2)),
+                                   envs_per_collector=32, chunk_steps=128),
         replay=ReplayConfig(capacity=2_000_000, storage_device="auto", gpu_memory_fraction=0.5),
         transport=TransportConfig(max_chunks_in_flight=2),  # gated collectors send fresh data (see cpu_profile)
         learner=LearnerConfig(
@@ -143,17 +160,19 @@ def gpu_server_profile() -> Config:
     )
 
 
-def auto_profile() -> Config:
-    """Detect cores, memory and CUDA; start from the nearest profile and fit it to the machine."""
+def auto_profile(backend: str = "nes-py") -> Config:
+    """Detect cores, memory and CUDA; start from the nearest profile and fit it to the machine and to the Mario
+    emulator `backend` the run uses (a resolved one: nes-py or retro)."""
     cores = os.cpu_count() or 1
     gpu_bytes = _cuda_memory_bytes()
     if not gpu_bytes:
-        split = cpu_auto_split(cores)  # collectors and learner threads so neither side waits at the rule's ratio
+        # collectors and learner threads so neither side waits at the rule's ratio
+        split = cpu_auto_split(cores, backend)
         base = cpu_profile()
         base = replace(base, learner=replace(base.learner, torch_threads=split.learner_threads))
         collectors = split.collectors
     elif cores >= 16 and gpu_bytes >= 40 * 2**30:  # a datacenter GPU (A100/H100 class) with the cores to feed it
-        base = gpu_server_profile()
+        base = gpu_server_profile(backend)
         collectors = base.collectors.count
     else:
         base = gpu_workstation_profile()
@@ -167,8 +186,9 @@ def auto_profile() -> Config:
     return replace(cfg, replay=replace(cfg.replay, capacity=capacity))
 
 
-def cpu_auto_split(cores: int | None = None) -> CpuSplit:
-    """`auto`'s split of a CPU-only machine (shared/cpu_split.py) for the cpu profile's learner at the rule's ratio."""
+def cpu_auto_split(cores: int | None = None, backend: str = "nes-py") -> CpuSplit:
+    """`auto`'s split of a CPU-only machine (shared/cpu_split.py) for the cpu profile's learner at the rule's ratio,
+    collectors on the Mario emulator `backend` (nes-py or retro)."""
     try:
         import torch  # absent where only the config is checked (Python 3.13 CI)
 
@@ -178,7 +198,7 @@ def cpu_auto_split(cores: int | None = None) -> CpuSplit:
     except ImportError:
         precision = "fp32"
     ratio = RULE_SAMPLES_PER_INSERT / RULE_BATCH
-    return split_cpu(measured_costs(cores or os.cpu_count() or 1, precision, ratio))
+    return split_cpu(measured_costs(cores or os.cpu_count() or 1, precision, ratio, backend))
 
 
 def _cuda_memory_bytes() -> int:
@@ -192,6 +212,7 @@ def _cuda_memory_bytes() -> int:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
+BACKEND_SIZED = (gpu_server_profile, auto_profile)  # the profiles whose collector counts follow the env step's cost
 PROFILES = {
     "cpu": cpu_profile,
     "gpu-workstation": gpu_workstation_profile,
@@ -200,14 +221,17 @@ PROFILES = {
 }
 
 
-def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """The hardware profile with `--set` overrides and NO env preset (unit tests, benches that pin values).
+def load_profile(name: str = "auto", overrides: list[str] | tuple[str, ...] = (), backend: str = "nes-py") -> Config:
+    """The hardware profile with `--set` overrides and NO env preset (unit tests, benches that pin values); `auto` and
+    `gpu-server` are sized for Mario's emulator `backend` (nes-py or retro).
 
     A run's config comes from `load_config`; validation is the caller's next step.
     """
     if name not in PROFILES:
         raise ConfigError(f"--profile {name!r} is unknown: allowed one of {', '.join(PROFILES)}")
-    return PROFILES[name]().with_overrides(list(overrides))
+    profile = PROFILES[name]
+    base = profile(backend) if profile in BACKEND_SIZED else profile()
+    return base.with_overrides(list(overrides))
 
 
 # ---------------------------------------------------------------- per-environment presets
@@ -339,14 +363,34 @@ def env_preset(env_id: str) -> dict[str, str]:
     return dict(SMALL_ENV_PRESET)
 
 
+def override_of(overrides: list[str] | tuple[str, ...], key: str, default: str) -> str:
+    """The value `overrides` give `key` (section.field): the last assignment wins; `default` when there is none."""
+    value = default
+    for item in overrides:
+        name, sep, given = item.partition("=")
+        if sep and name.strip() == key:
+            value = given.strip()
+    return value
+
+
 def env_id_of(overrides: list[str] | tuple[str, ...], default: str = MARIO_DEFAULT_ENV) -> str:
     """The env id `overrides` select: the last `env.env_id=` assignment wins; `default` when there is none."""
-    env_id = default
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if sep and key.strip() == "env.env_id":
-            env_id = value.strip()
-    return env_id
+    return override_of(overrides, "env.env_id", default)
+
+
+def backend_of(overrides: list[str] | tuple[str, ...], env_id: str) -> str:
+    """The Mario emulator backend a run with `overrides` uses, resolved (auto: retro where installed); nes-py for
+    any other env, whose collectors the profiles size by nes-py's measured costs. A backend that cannot run is
+    left to the config's own check."""
+    if not is_mario(env_id):
+        return "nes-py"
+    from envs.mario.backend import resolve_backend
+
+    backend = override_of(overrides, "env.backend", Config().env.backend)
+    try:
+        return resolve_backend(backend)
+    except ConfigError:
+        return "nes-py"
 
 
 def load_config(profile: str = "auto", overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -355,10 +399,11 @@ def load_config(profile: str = "auto", overrides: list[str] | tuple[str, ...] = 
     The env is the one `overrides` select (`env_id_of`), however the caller spelled it (the CLI's
     `--env X` is `env.env_id=X`). Validation is the caller's next step (`Config.check_valid`).
     """
-    base = load_profile(profile)
     overrides = list(overrides)
+    env_id = env_id_of(overrides, default=Config().env.env_id)
+    base = load_profile(profile, backend=backend_of(overrides, env_id))
     given = {item.partition("=")[0].strip() for item in overrides}
-    preset = env_preset(env_id_of(overrides, default=base.env.env_id))
+    preset = env_preset(env_id)
     return base.with_overrides([f"{k}={v}" for k, v in preset.items() if k not in given] + overrides)
 
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from config_optimized import PROFILES, cpu_auto_split, load_config
+from config_optimized import PROFILES, backend_of, cpu_auto_split, load_config
 from envs.spec import EnvSpec
 from shared.config import Config, ConfigError, TransportConfig
 from shared.config_checks import check_augment, check_memory
@@ -170,7 +170,8 @@ def profile_note(profile: str, cfg: Config) -> str:
     (an env preset or `--set` may change either); "" for other profiles and CUDA learners."""
     if profile != "auto" or cfg.learner.device != "cpu":
         return ""
-    return (f"profile auto on a CPU-only machine: {cpu_auto_split().reason}; this run: collectors.count="
+    backend = backend_of([f"env.backend={cfg.env.backend}"], cfg.env.env_id)
+    return (f"profile auto on a CPU-only machine: {cpu_auto_split(backend=backend).reason}; this run: collectors.count="
             f"{cfg.collectors.count}, learner.torch_threads={cfg.learner.torch_threads} (0: the learner's own rule)")
 
 

@@ -5,7 +5,7 @@ updates of batch 32 per env step), so a CPU machine trains at the rate both side
 
     env steps/s = min(learner updates/s at t threads / ratio, collector cores x env steps/s per core)
 
-One collector core makes ~176 env steps/s while one bf16 learner thread makes ~34 updates/s, which holds the
+One nes-py collector core makes ~143 env steps/s while one bf16 learner thread makes ~34 updates/s, which holds the
 ratio at only ~134 env steps/s: on a CPU the learner sets the pace, and cores beyond what the collectors need
 are worth most as learner threads. `split_cpu` takes the thread count that makes the most env steps/s (the
 fewest threads within MIN_GAIN of the best), then as many collectors as that rate needs, never fewer than
@@ -24,11 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# CPU ms per env step of one collector: emulator (4 NES frames), preprocessing and its batched inference. The
-# pipeline with the learner draining, 2 collectors x 8 envs on the 2-core VM (AVX512-BF16), 2026-11-23 at
-# 7cd9734: 5.68 CPU s per 1,000 env steps (emulator alone 5.29; BENCHMARKS.md, "Collection against the
-# emulator ceiling"). A core that only collects makes 1000 / 5.68 = 176 env steps/s.
-ENV_STEP_CPU_MS = 5.68
+# CPU ms per env step of one collector, by Mario emulator backend: emulator (4 NES frames), preprocessing and its
+# batched inference. The pipeline with the learner draining, 2 collectors x 8 envs on the 2-core VM (AMD EPYC with
+# AVX512-BF16), both backends in one quiet run, medians of 3 rounds, 2026-12-04 at 04fc0f7 (`python -m bench --skip
+# components --skip scale --skip naive --skip sweep`; results/bench/emulator_backends_2026-12-04.json): nes-py 6.97
+# CPU s per 1,000 env steps (its emulator alone 6.11; 5.68 on 2026-11-23), retro 2.26 (its emulator alone 1.17). A
+# core that only collects makes 1000 / 6.97 = 143 env steps/s on nes-py, 442 on retro.
+ENV_STEP_CPU_MS: dict[str, float] = {"nes-py": 6.97, "retro": 2.26}
 
 # Learner updates/s at batch 32 (the eager CPU learner, Nature CNN, `python -m bench.learner`) at 1 torch thread:
 # the 2-core VM quiet, 2026-11-23 at 1e8debd (BENCHMARKS.md, "Learner on CPU and GPU"): bf16 33.5, fp32 17.8.
@@ -76,12 +78,15 @@ class CpuSplit:
     reason: str  # one line for the start-up log
 
 
-def measured_costs(cores: int, precision: str, updates_per_env_step: float) -> CpuCosts:
-    """CpuCosts from this module's measured figures for a learner in `precision` (bf16 or fp32)."""
+def measured_costs(cores: int, precision: str, updates_per_env_step: float, backend: str = "nes-py") -> CpuCosts:
+    """CpuCosts from this module's measured figures for a learner in `precision` (bf16 or fp32) and collectors on the
+    Mario emulator `backend` (nes-py or retro: a resolved backend, not auto)."""
     if precision not in MEASURED_UPDATES_PER_S:
         raise ValueError(f"precision {precision!r}: allowed {', '.join(MEASURED_UPDATES_PER_S)}")
+    if backend not in ENV_STEP_CPU_MS:
+        raise ValueError(f"backend {backend!r}: allowed {', '.join(ENV_STEP_CPU_MS)}")
     table = tuple(sorted(MEASURED_UPDATES_PER_S[precision].items()))
-    return CpuCosts(cores=cores, env_step_cpu_ms=ENV_STEP_CPU_MS, updates_per_s=table, precision=precision,
+    return CpuCosts(cores=cores, env_step_cpu_ms=ENV_STEP_CPU_MS[backend], updates_per_s=table, precision=precision,
                     updates_per_env_step=updates_per_env_step, two_thread_gain=TWO_THREAD_GAIN)
 
 

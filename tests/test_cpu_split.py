@@ -22,7 +22,7 @@ from shared.cpu_split import (
 pytestmark = pytest.mark.envonly  # arithmetic and configs: no torch needed
 
 RATIO = RULE_SAMPLES_PER_INSERT / RULE_BATCH
-PER_CORE = 1000.0 / ENV_STEP_CPU_MS
+PER_CORE = 1000.0 / ENV_STEP_CPU_MS["nes-py"]
 
 
 def test_the_rule_is_a_quarter_update_per_env_step():
@@ -142,3 +142,35 @@ def test_small_envs_keep_the_learners_own_thread_rule(monkeypatch):
     monkeypatch.setattr(config_optimized, "_cuda_memory_bytes", lambda: 0)
     assert load_config("auto", ["env.env_id=CartPole-v1"]).learner.torch_threads == 0
     assert load_config("auto").learner.torch_threads >= 1  # Mario takes the split's threads
+
+
+def test_collectors_are_costed_by_their_emulator_backend():
+    nes, retro = (measured_costs(16, "bf16", RATIO, b) for b in ("nes-py", "retro"))
+    assert nes.env_step_cpu_ms == ENV_STEP_CPU_MS["nes-py"] > retro.env_step_cpu_ms == ENV_STEP_CPU_MS["retro"]
+    with pytest.raises(ValueError, match="backend 'auto'"):
+        measured_costs(16, "bf16", RATIO, "auto")  # a resolved backend only
+    # a cheaper env step needs fewer collector cores for the same learner-bound rate
+    a, b = split_cpu(nes), split_cpu(retro)
+    assert a.env_steps_per_s == pytest.approx(b.env_steps_per_s) and b.collectors <= a.collectors
+
+
+def test_the_gpu_server_profile_sizes_its_collectors_by_the_backend(monkeypatch):
+    import config_optimized as co
+
+    monkeypatch.setattr(co.os, "cpu_count", lambda: 64)
+    nes, retro = co.gpu_server_profile("nes-py"), co.gpu_server_profile("retro")
+    assert nes.collectors.count == 30 and retro.collectors.count == co.GPU_SERVER_MAX_COLLECTORS["retro"]
+    # the projection: retro collectors enough for the captured learner's 7,000 env steps/s, no more
+    per_retro = co.GPU_NESPY_COLLECTOR_ENV_STEPS_PER_S / co.RETRO_COST_RATIO
+    assert (retro.collectors.count - 1) * per_retro < co.GPU_LEARNER_ENV_STEPS_PER_S <= retro.collectors.count * per_retro
+    assert co.load_profile("gpu-server", backend="retro").collectors.count == retro.collectors.count
+
+
+def test_a_runs_backend_is_read_from_its_overrides_and_resolved():
+    import config_optimized as co
+    from envs.mario.backend import resolve_backend
+
+    assert co.backend_of([], "SuperMarioBros-1-1-v0") == "nes-py"  # the config's default
+    assert co.backend_of(["env.backend=retro", "env.backend=nes-py"], "SuperMarioBros-1-1-v0") == "nes-py"
+    assert co.backend_of(["env.backend=auto"], "SuperMarioBros-1-1-v0") == resolve_backend("auto")
+    assert co.backend_of(["env.backend=retro"], "ALE/Pong-v5") == "nes-py"  # no NES emulator: nes-py's costs
