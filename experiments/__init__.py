@@ -26,5 +26,8 @@ record beside the command that made them. They may import the product packages a
 - `profile_insert`: where a batched replay insert spends its time: BENCHMARKS.md "Replay against the copy floor"
   (where the time goes), docs/history.md.
 
+- `learner_checkouts`: the eager CPU learner of one checkout, run in two commits' worktrees in turn:
+  docs/experiments/learner_cpu.md ("the one update function", results/bench/one_update_fp32_ab_2026-12-04.json).
+
 Their tests carry the `experiments` mark: `make test-experiments` runs them, `make test` does not.
 """

@@ -17,6 +17,7 @@ from tests.support.cluster import ROOT
 
 # the research tools (experiments/) carry the experiments mark: make test-experiments runs them
 EXPERIMENTS = ["experiments.backend_steps", "experiments.cartpole_race", "experiments.cleanrl_dqn", "experiments.env_ceiling",
+               "experiments.learner_checkouts",
                "experiments.profile_insert", "experiments.proxy"]
 TOOLS = ["tests.hostile.attack", *(pytest.param(m, marks=pytest.mark.experiments) for m in EXPERIMENTS),
          "bench.record_scale_chunks", "tests.hostile.soak", "evaluate.average", "evaluate.export",
