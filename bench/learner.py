@@ -252,7 +252,7 @@ def split_from_measured(values: dict[str, list[float]], threads: tuple[int, ...]
         table = tuple((t, median(values[f"{precision}_t{t}"])) for t in sorted(threads))
         if 1 not in dict(table):
             continue
-        costs = CpuCosts(cores=cores or os.cpu_count() or 1, env_step_cpu_ms=ENV_STEP_CPU_MS, updates_per_s=table,
+        costs = CpuCosts(cores=cores or os.cpu_count() or 1, env_step_cpu_ms=ENV_STEP_CPU_MS["nes-py"], updates_per_s=table,
                          precision=precision, updates_per_env_step=RULE_SAMPLES_PER_INSERT / RULE_BATCH)
         out[precision] = split_cpu(costs).reason
     return out

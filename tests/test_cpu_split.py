@@ -61,9 +61,12 @@ def test_neither_side_waits_at_the_ratio(cores, precision):
 
 def test_many_cores_stop_adding_threads_where_the_gain_ends():
     by_cores = {c: split_cpu(measured_costs(c, "bf16", RATIO)) for c in (4, 8, 16, 64)}
-    assert by_cores[4].learner_threads == 3  # every core but the collectors'
-    assert by_cores[8].learner_threads == by_cores[16].learner_threads == by_cores[64].learner_threads == 6
-    assert by_cores[4].env_steps_per_s < by_cores[8].env_steps_per_s == by_cores[64].env_steps_per_s
+    # 4 cores: a third thread would leave one collector core (~143 env steps/s), below what two threads hold (~155)
+    assert by_cores[4].learner_threads == 2
+    # 8 cores: 5 threads (6 would add < 2%); 16 and more: 6, where the projection's gain ends
+    assert by_cores[8].learner_threads == 5 and by_cores[16].learner_threads == by_cores[64].learner_threads == 6
+    assert by_cores[4].env_steps_per_s < by_cores[8].env_steps_per_s <= by_cores[16].env_steps_per_s
+    assert by_cores[16].env_steps_per_s == by_cores[64].env_steps_per_s
     assert "spare" in by_cores[16].reason
 
 
