@@ -47,12 +47,12 @@ pytestmark = pytest.mark.slow
 
 
 RSS_BOUND_MB = 100
-# head A's ingress limit: a margin far above what the other attacks may cost (RSS_BOUND_MB) and small enough
-# that the endless message passes it in a second of loopback
-MEMORY_MARGIN_MB = 256
 CARTPOLE = ["--env", "CartPole-v1", "--profile", "cpu", "--collectors", "2", "--log-interval", "1",
             "--set", "collectors.envs_per_collector=4", "--set", "transport.head_timeout_s=10",
-            "--set", "learner.save_replay=true", "--set", f"transport.memory_margin_mb={MEMORY_MARGIN_MB}"]
+            "--set", "learner.save_replay=true"]
+# the endless message's head: an ingress limit far above what a head holds by itself and small enough that the
+# message passes it in a second of loopback
+MEMORY_MARGIN_MB = 256
 
 
 # ---------------------------------------------------------------------------- the live head
@@ -412,46 +412,56 @@ def test_oversize_frames_are_dropped_without_allocation(head_a):
                                   "outcomes": [(r["junk_sent"], r["outcome"]) for r in results]}
 
 
-def test_an_endless_multipart_message_is_shed_at_the_memory_limit(head_a):
+def test_an_endless_multipart_message_is_shed_at_the_memory_limit(tmp_path_factory):
     """Before registration (the control port) and after (a data endpoint), a raw ZMTP peer sends 32 KiB frames with
     MORE set and never a last one, up to 2 GiB: each frame is under MAXMSGSIZE, so only the head's memory guard
     bounds it. The connection is closed by the head well before 2 GiB, the head's memory passes its start by at
-    most the margin and a sampling period's worth, what it held is freed, and training goes on."""
-    h = head_a
-    row = h.settled()
-    fake = A.FakeCollector(h.ctx, h.connect)
-    fake.heartbeat()
-    rss0 = h.rss_mb()
-    peak = [rss0]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], h.rss_mb())
-            done.wait(0.005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    most the margin and a sampling period's worth, what it held is freed, and training goes on. Its own head: the
+    shed resets every collector's connection, and chunks lost on the wire make their episodes unverifiable."""
+    tmp = tmp_path_factory.mktemp("adversarial-m")
+    h = LiveHead(tmp, [*CARTPOLE, "--set", f"transport.memory_margin_mb={MEMORY_MARGIN_MB}"], name="m",
+                 tmpdir=tmp_path_factory.mktemp("t"))
+    h.ctx = zmq.Context()
     try:
-        results = [A.endless_multipart(h.connect)]
-        # the shed closed every endpoint's connections, the fake's too: it is bound again on its port by the next turns
-        assert wait_for(lambda: tcp_accepts(fake.endpoint), 30), fake.endpoint
-        results.append(A.endless_multipart(fake.endpoint))
+        h.wait_training()
+        row = h.settled()
+        fake = A.FakeCollector(h.ctx, h.connect)
+        fake.heartbeat()
+        rss0 = h.rss_mb()
+        peak = [rss0]
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], h.rss_mb())
+                done.wait(0.005)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            results = [A.endless_multipart(h.connect)]
+            # the shed closed every endpoint's connections, the fake's too: bound again on its port by the next turns
+            assert wait_for(lambda: tcp_accepts(fake.endpoint), 30), fake.endpoint
+            results.append(A.endless_multipart(fake.endpoint))
+        finally:
+            done.set()
+            watcher.join()
+        fake.close()
+        for r in results:
+            assert r["outcome"].startswith("closed by the head") and r["sent"] < 1 << 30, r
+        # the limit is the head's memory at start plus its replay's full size plus the margin: far below what the
+        # peers sent (4 GiB offered), above what this head holds now by less than the replay (CartPole slots)
+        assert peak[0] - rss0 < MEMORY_MARGIN_MB + 2 * RSS_BOUND_MB, (rss0, peak[0], results)
+        assert wait_for(lambda: h.rss_mb() - rss0 < RSS_BOUND_MB, 30), (rss0, h.rss_mb())  # freed, back to the OS
+        assert "above the ingress limit" in h.log()
+        h.assert_progress(h.last())
+        # a closed connection is not a message: the only rejections are episodes whose chunks were on the wire
+        after = h.settled()
+        extra = {k: v for k, v in after.get("rejected_by_reason", {}).items() if v}
+        assert after["rejected"] - row["rejected"] == extra.get("episode_mismatch", 0), (row, after)
     finally:
-        done.set()
-        watcher.join()
-    fake.close()
-    for r in results:
-        assert r["outcome"].startswith("closed by the head") and r["sent"] < 1 << 30, r
-    # the limit is the head's memory at start plus its replay's full size plus the margin: far below what the
-    # peers sent (4 GiB offered), above what this head holds now by less than the replay (2k CartPole slots)
-    assert peak[0] - rss0 < MEMORY_MARGIN_MB + 2 * RSS_BOUND_MB, (rss0, peak[0], results)
-    assert wait_for(lambda: h.rss_mb() - rss0 < RSS_BOUND_MB, 30), (rss0, h.rss_mb())  # freed, back to the OS
-    assert "above the ingress limit" in h.log()
-    h.assert_progress(row)
-    h.wait_rejected(row["rejected"])  # a closed connection is not a message: nothing counted
-    h.report["endless_multipart"] = {"rss_mb": (round(rss0), round(peak[0]), round(h.rss_mb())),
-                                     "sent_mb": [r["sent"] >> 20 for r in results]}
+        h.ctx.destroy(linger=0)
+        h.kill()
 
 
 def test_xpub_spam_does_not_stop_heartbeats_or_weights(head_a):
