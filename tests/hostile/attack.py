@@ -60,6 +60,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -657,6 +658,20 @@ def replayed_hello(ctx: zmq.Context, connect: str, curve=None, owner_messages: i
             sock.close(linger=0)
 
 
+def control_and_data(ctx: zmq.Context, connect: str, curve, name: str,
+                     raw_peer: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """`raw_peer` on the control port, then on a data endpoint: a fake collector registers to learn one (the raw
+    peer itself never authenticates)."""
+    results = [raw_peer(connect)]
+    try:
+        fake = FakeCollector(ctx, connect, curve)
+        fake.close()
+        results.append(raw_peer(fake.endpoint))
+    except Refused as exc:
+        results.append({"attack": name, "skipped": f"no data endpoint: {exc}"})
+    return {"attack": name, "results": results}
+
+
 def run_attack(name: str, connect: str, count: int | None = None, curve_keys: str | None = None,
                seconds: float = 10.0, weights: str | None = None, obs_dim: int = 4,
                ctx: zmq.Context | None = None, distinct_topics: bool = False) -> dict[str, Any]:
@@ -672,23 +687,9 @@ def run_attack(name: str, connect: str, count: int | None = None, curve_keys: st
         if name == "hello-flood":
             return hello_flood(ctx, connect, count or 2000, curve)
         if name == "oversize":
-            results = [oversize(connect)]
-            try:  # and a data endpoint: register to learn one (the raw peer still never authenticates)
-                fake = FakeCollector(ctx, connect, curve)
-                fake.close()
-                results.append(oversize(fake.endpoint))
-            except Refused as exc:
-                results.append({"attack": "oversize", "skipped": f"no data endpoint: {exc}"})
-            return {"attack": "oversize", "results": results}
+            return control_and_data(ctx, connect, curve, name, oversize)
         if name == "endless-multipart":
-            results = [endless_multipart(connect)]
-            try:
-                fake = FakeCollector(ctx, connect, curve)
-                fake.close()
-                results.append(endless_multipart(fake.endpoint))
-            except Refused as exc:
-                results.append({"attack": "endless-multipart", "skipped": f"no data endpoint: {exc}"})
-            return {"attack": "endless-multipart", "results": results}
+            return control_and_data(ctx, connect, curve, name, endless_multipart)
         if name == "second-peer":
             return second_peer(ctx, connect, curve)
         if name == "xpub-spam":
