@@ -265,10 +265,12 @@ class Registrar:
         """Every turn of the consolidation loop: above the memory guard's limit, close every TCP connection of the
         control and data endpoints (a message whose frames never end is held until its connection closes); each
         endpoint binds again on its port at the next turns, and collectors reconnect."""
-        rss = self.memory.due(now) if self.memory is not None else None
-        if rss is None or self.guard is None:
+        if self.memory is None or self.guard is None:
             return
-        why = f"resident memory {rss >> 20} MiB above the ingress limit {self.memory.limit >> 20} MiB"  # type: ignore[union-attr]
+        rss = self.memory.due(now)
+        if rss is None:
+            return
+        why = f"resident memory {rss >> 20} MiB above the ingress limit {self.memory.limit >> 20} MiB"
         self.guard.reset(now, why)
         for cid, guard in self._data_guards.items():
             if guard.bound:
